@@ -1,0 +1,58 @@
+# ddlbench: `make test` sets everything up and runs the tests; `make reproduce` runs the study's
+# methods on this machine and prints the results table. Variables below; see README.md.
+PYTHON   ?= python3
+VENV     ?= .venv
+PY       := $(VENV)/bin/python
+# torch 2.13.0 is a CPU build on CI and dev machines here; on a GPU cluster set TORCH_SPEC to the
+# torch you want (pyproject.toml only asks for torch>=2.1).
+TORCH_SPEC ?= torch==2.13.0
+
+METHOD   ?= all
+WORKERS  ?= 2
+MODEL    ?= resnet50
+PROFILE  ?= local
+RESULTS  ?= results
+WARMUP   ?=
+ITERS    ?=
+REPEATS  ?=
+OVERRIDES ?=
+
+ALL_METHODS := bsp-a2a,wfbp-a2a,mg-wfbp,ddp
+methods  := $(if $(filter all,$(METHOD)),$(ALL_METHODS),$(METHOD))
+run_args := model=$(MODEL) profile=$(PROFILE) results_dir=$(RESULTS) \
+	$(if $(WARMUP),profile.warmup_iters=$(WARMUP)) $(if $(ITERS),profile.measured_iters=$(ITERS)) \
+	$(if $(REPEATS),profile.repeats=$(REPEATS)) $(OVERRIDES)
+
+.PHONY: install test reproduce bench summary clean
+
+$(VENV)/.installed: pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > $(VENV)/constraints.txt
+	$(PY) -m pip install -q -c $(VENV)/constraints.txt -e ".[test]"
+	touch $@
+
+install: $(VENV)/.installed
+
+test: install
+	$(PY) -m pytest -q tests
+
+# The methods at WORKERS workers, then (once per setup) one worker for the speedup, then the table.
+reproduce: install
+	@status=0; \
+	$(PY) -m ddlbench --multirun method=$(methods) workers=$(WORKERS) $(run_args) || status=$$?; \
+	if [ $$status -eq 2 ]; then exit 2; fi; \
+	$(PY) -m ddlbench method=bsp-a2a workers=1 skip_recorded=true $(run_args) || status=$$?; \
+	$(PY) -m ddlbench.analysis.summary $(RESULTS); \
+	exit $$status
+
+summary: install
+	$(PY) -m ddlbench.analysis.summary $(RESULTS)
+
+# Each method against DDP on tiny-resnet and resnet50, 2 workers, interleaved; prints ratios.
+bench: install
+	$(PY) benchmarks/methods_vs_ddp.py $(if $(RESULTS),--results $(RESULTS)/bench)
+
+clean:
+	rm -rf $(VENV) .pytest_cache

@@ -1,0 +1,3 @@
+from ddlbench.cli import main
+
+main()

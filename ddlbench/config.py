@@ -1,0 +1,198 @@
+"""Configuration: what is accepted, checked before any process starts, with one-line errors.
+
+Two stages. `preflight(overrides)` runs on the raw command line: group choices (method=,
+model=, ...) must name a config file, a torchvision classifier name becomes
+`model=torchvision model.arch=NAME`, and the result must compose. `resolve(cfg)` then checks
+values and fills the derived ones (local batch, backend) so workers and records see numbers.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import re
+from importlib import resources
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+GROUPS = ("method", "model", "profile", "engine", "launcher")
+DEVICES = ("cpu", "cuda")
+BACKENDS = ("auto", "gloo", "nccl", "mpi")
+
+
+class ConfigError(ValueError):
+    """A bad setting; the message is one line naming the value and what is accepted."""
+
+
+def conf_dir() -> Path:
+    return Path(str(resources.files("ddlbench.conf")))
+
+
+def choices(group: str) -> list[str]:
+    return sorted(p.stem for p in (conf_dir() / group).glob("*.yaml"))
+
+
+def _bad(what: str, value, accepted) -> ConfigError:
+    return ConfigError(f"unknown {what} {value!r}; accepted: {', '.join(map(str, accepted))}")
+
+
+def preflight(overrides: list[str]) -> list[str]:
+    """Check the command line before anything starts; return the overrides to hand to Hydra.
+
+    Group choices must name a config (a torchvision classifier name becomes
+    `model=torchvision model.arch=NAME`), and every combination a sweep expands to must
+    compose and pass `resolve`, so a bad value fails here, not half-way through a sweep."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    flags = [o for o in overrides if o.startswith("-")]
+    plain = [o for o in overrides if not o.startswith("-")]
+    try:
+        parsed = OverridesParser.create().parse_overrides(plain)
+    except HydraException as exc:
+        raise ConfigError(f"cannot parse overrides {' '.join(plain)!r}: {str(exc).splitlines()[0]}") from None
+    out, sweeps, sweep_texts = [], [], []
+    for text, ov in zip(plain, parsed):
+        key = ov.key_or_group
+        values = list(ov.sweep_string_iterator()) if ov.is_sweep_override() else None
+        if key in GROUPS and not ov.is_delete():
+            accepted = choices(key)
+            unknown = [v for v in (values or [ov.get_value_element_as_str()]) if v not in accepted]
+            if key == "model" and values is None and unknown:
+                out += _torchvision_model(unknown[0], accepted)
+                continue
+            if unknown:
+                extra = ["or any torchvision classifier"] if key == "model" else []
+                raise _bad(key, unknown[0], accepted + extra)
+        if values is not None:
+            sweep_texts.append(text)
+            if not key.startswith("hydra"):
+                sweeps.append([f"{key}={v}" for v in values])
+        else:
+            out.append(text)
+    fixed = [o for o in out if not o.startswith("hydra")]
+    for combo in itertools.product(*sweeps):
+        resolve(_compose(fixed + list(combo)))
+    return flags + out + sweep_texts
+
+
+def _torchvision_model(name: str, accepted: list[str]) -> list[str]:
+    from ddlbench.models.vision import classification_models
+
+    if name not in classification_models():
+        raise _bad("model", name, accepted + ["or a torchvision classifier (e.g. vgg16, resnet18)"])
+    return ["model=torchvision", f"model.arch={name}"]
+
+
+def _compose(overrides: list[str]) -> DictConfig:
+    """Compose like Hydra will; unknown keys and type errors become one-line errors."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+            return compose("config", overrides=overrides)
+    except (HydraException, OmegaConfBaseException) as exc:
+        msg = " ".join(str(exc).split())
+        unknown = re.search(r"Could not override '([^']+)'", msg)
+        if unknown:
+            raise _unknown_key(unknown.group(1)) from None
+        raise ConfigError(f"bad override: {msg}") from None
+
+
+def _unknown_key(key: str) -> ConfigError:
+    from hydra import compose, initialize_config_dir
+
+    parent, _, leaf = key.rpartition(".")
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        node = compose("config")
+    node = OmegaConf.select(node, parent) if parent else node
+    keys = sorted(node.keys()) if isinstance(node, DictConfig) else []
+    where = f"under {parent!r}" if parent else "at the top level"
+    return ConfigError(f"unknown setting {key!r}; accepted {where}: {', '.join(keys)}")
+
+
+def _int(cfg, key: str, minimum: int) -> int:
+    value = OmegaConf.select(cfg, key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{key}={value!r} is invalid; accepted: an integer >= {minimum}")
+    return value
+
+
+def resolve(cfg: DictConfig) -> DictConfig:
+    """Validate a composed config and fill derived values (local_batch, backend). In place."""
+    with open_dict(cfg):
+        _int(cfg, "workers", 1)
+        _int(cfg, "servers", 0)
+        _int(cfg, "profile.warmup_iters", 0)
+        _int(cfg, "profile.measured_iters", 1)
+        _int(cfg, "profile.repeats", 1)
+        if cfg.device not in DEVICES:
+            raise _bad("device", cfg.device, DEVICES)
+        if cfg.backend not in BACKENDS:
+            raise _bad("backend", cfg.backend, BACKENDS)
+        if cfg.backend == "auto":
+            cfg.backend = "nccl" if cfg.device == "cuda" else "gloo"
+        if cfg.backend == "nccl" and cfg.device != "cuda":
+            raise ConfigError("backend='nccl' needs device=cuda; accepted on cpu: gloo, mpi")
+        if cfg.local_batch is None:
+            cfg.local_batch = cfg.profile.local_batch if cfg.profile.local_batch is not None else cfg.model.local_batch
+        _int(cfg, "local_batch", 1)
+        if not (isinstance(cfg.comm_timeout_s, (int, float)) and cfg.comm_timeout_s > 0):
+            raise ConfigError(f"comm_timeout_s={cfg.comm_timeout_s!r} is invalid; accepted: seconds > 0")
+        _check_method(cfg)
+        _check_placement(cfg)
+    return cfg
+
+
+def _check_method(cfg) -> None:
+    from ddlbench.methods import SCHEDULES
+
+    m = cfg.method
+    if m.schedule not in SCHEDULES:
+        raise _bad("method.schedule", m.schedule, SCHEDULES)
+    if m.architecture == "a2a" and cfg.servers != 0:
+        raise ConfigError(f"servers={cfg.servers} with method={m.name}: all-reduce methods use no servers; accepted: 0")
+    if "fusion_bytes" in m:
+        _int(cfg, "method.fusion_bytes", 0)
+    if "bucket_cap_mb" in m and not m.bucket_cap_mb > 0:
+        raise ConfigError(f"method.bucket_cap_mb={m.bucket_cap_mb!r} is invalid; accepted: > 0")
+    for key in ("alpha_s", "beta_s_per_byte"):
+        if key in m and m[key] is not None and not (isinstance(m[key], (int, float)) and m[key] >= 0):
+            raise ConfigError(f"method.{key}={m[key]!r} is invalid; accepted: null (fitted) or a number >= 0")
+
+
+def local_capacity(cfg) -> tuple[int, str]:
+    """How many workers the local launcher can place on this host, and why."""
+    if cfg.device == "cuda":
+        import torch
+
+        n = torch.cuda.device_count()
+        return n, f"{n} visible GPU(s)"
+    cores = os.cpu_count() or 1
+    per = int(cfg.launcher.max_workers_per_cpu)
+    return cores * per, f"{per} per core x {cores} cores"
+
+
+def _check_placement(cfg) -> None:
+    if cfg.launcher.name != "local":
+        return
+    if cfg.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError("device=cuda but no GPU is visible here; accepted: device=cpu")
+    capacity, why = local_capacity(cfg)
+    if cfg.workers > capacity:
+        raise ConfigError(
+            f"workers={cfg.workers} is more than the local launcher can place ({capacity}: {why}); "
+            f"accepted: 1..{capacity}, or a cluster launcher"
+        )
+
+
+def threads_per_worker(cfg) -> int:
+    t = cfg.launcher.get("threads_per_worker", "auto")
+    if t == "auto":
+        return max(1, (os.cpu_count() or 1) // cfg.workers)
+    return int(t)

@@ -1,0 +1,72 @@
+"""Every metric formula, once, with units in the names.
+
+Throughput (the study's measure). With N workers of local batch B each, an iteration processes
+the global batch N*B; over measured iterations with times t_1..t_k (seconds, the slowest rank's
+time for each iteration):
+    samples_per_sec = N * B / mean(t_i)
+A run repeats warm-up + measurement R times; its throughput is the mean over repeats and its
+error the sample standard deviation over repeats (the study: five runs, mean and std).
+
+Speedup against one worker and scaling efficiency:
+    speedup(N) = samples_per_sec(N) / samples_per_sec(1)
+    scaling_efficiency(N) = speedup(N) / N
+
+Model intensity and the communication-to-computation ratio (the study's section on scaling).
+With C operations per sample per iteration and D parameters:
+    I = C / D                              (operations per sample per parameter)
+    C2C = D * f(N) / (M * C) = f(N) / (M * I)
+where M is the global batch and f(N) the traffic factor of the communication scheme (D*f(N)
+parameters moved per iteration).
+
+Speedup with no overlap of computation and communication, t_s the single-worker computation
+time of the global batch and t_m the communication time per iteration:
+    speedup = t_s / (t_s / N + t_m)
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+
+def samples_per_sec(global_batch: int, mean_iter_time_s: float) -> float:
+    if mean_iter_time_s <= 0:
+        raise ValueError(f"iteration time must be positive, got {mean_iter_time_s}")
+    return global_batch / mean_iter_time_s
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (0 for a single value)."""
+    n = len(values)
+    if n == 0:
+        raise ValueError("mean_std of no values")
+    mean = sum(values) / n
+    if n == 1:
+        return mean, 0.0
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+
+
+def throughput_over_repeats(global_batch: int, iter_times_s_per_repeat: Sequence[Sequence[float]]) -> tuple[float, float, list[float]]:
+    """(mean samples/s, std samples/s, samples/s of each repeat)."""
+    per_repeat = [samples_per_sec(global_batch, sum(ts) / len(ts)) for ts in iter_times_s_per_repeat]
+    mean, std = mean_std(per_repeat)
+    return mean, std, per_repeat
+
+
+def speedup(samples_per_sec_n: float, samples_per_sec_1: float) -> float:
+    return samples_per_sec_n / samples_per_sec_1
+
+
+def scaling_efficiency(speedup_n: float, workers: int) -> float:
+    return speedup_n / workers
+
+
+def model_intensity(flops_per_sample: float, params: int) -> float:
+    return flops_per_sample / params
+
+
+def c2c_ratio(traffic_factor: float, global_batch: int, intensity: float) -> float:
+    return traffic_factor / (global_batch * intensity)
+
+
+def speedup_without_overlap(compute_time_s: float, comm_time_s: float, workers: int) -> float:
+    return compute_time_s / (compute_time_s / workers + comm_time_s)

@@ -1,0 +1,75 @@
+"""Launchers start the workers (and servers) of one run; measurement lives in the workers.
+
+`run(cfg)` prepares the run directory, starts the configured launcher, and appends the run
+record, ok or failed, to `<results_dir>/runs.jsonl`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from ddlbench import record
+from ddlbench.config import threads_per_worker
+
+LAUNCHERS = ("local",)
+
+
+def run(cfg) -> dict:
+    results = Path(cfg.results_dir)
+    runs_file = results / "runs.jsonl"
+    rec = base_record(cfg)
+    if cfg.skip_recorded and already_recorded(runs_file, rec):
+        print(f"[ddlbench] skipped: an ok record of {cfg.method.name} {cfg.model.name} x{cfg.workers} exists in {runs_file}")
+        return {**rec, "status": "skipped"}
+    stamp = rec["started_at"].replace(":", "").replace("-", "")[:15]
+    run_dir = results / "runs" / f"{stamp}-{cfg.method.name}-{cfg.model.name}-w{cfg.workers}-{uuid.uuid4().hex[:6]}"
+    run_dir.mkdir(parents=True)
+    OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads_per_worker(cfg)), PYTHONUNBUFFERED="1")
+    rec["env"] = record.env_knobs(env)
+    rec["run_dir"] = str(run_dir)
+
+    from . import local
+
+    rc, reason = local.start(cfg, run_dir, env)
+    result_file = run_dir / "result.json"
+    if rc == 0 and result_file.exists():
+        result = json.loads(result_file.read_text())
+        rec.update({k: v for k, v in result.items() if k != "world"}, status="ok", error=None)
+    else:
+        rec.update(status="failed", error=reason or "no result was written", hosts=[os.uname().nodename])
+    record.append(runs_file, rec)
+    _say(rec, runs_file)
+    return rec
+
+
+def base_record(cfg) -> dict:
+    p = cfg.profile
+    rec = dict.fromkeys(record.FIELDS)
+    rec.update(
+        method=cfg.method.name, model=cfg.model.name, workers=cfg.workers, servers=cfg.servers,
+        engine=cfg.engine.name, backend=cfg.backend, device=cfg.device, local_batch=cfg.local_batch,
+        warmup_iters=p.warmup_iters, measured_iters=p.measured_iters, repeats=p.repeats,
+        config=OmegaConf.to_container(cfg, resolve=True), versions=record.versions(),
+        git_commit=record.git_commit(), started_at=record.now_iso(), launcher=cfg.launcher.name,
+    )
+    return rec
+
+
+def already_recorded(runs_file: Path, rec: dict) -> bool:
+    from ddlbench.analysis.records import load
+
+    key = record.config_key(rec)
+    return any(r.get("status") == "ok" and record.config_key(r) == key for r in load([runs_file]).records)
+
+
+def _say(rec: dict, runs_file: Path) -> None:
+    if rec["status"] == "ok":
+        print(f"[ddlbench] ok: {rec['method']} {rec['model']} x{rec['workers']}: "
+              f"{rec['samples_per_sec']:.2f} ± {rec['samples_per_sec_std']:.2f} samples/s -> {runs_file}", flush=True)
+    else:
+        print(f"[ddlbench] FAILED: {rec['method']} {rec['model']} x{rec['workers']}: {rec['error']} -> {runs_file}", flush=True)

@@ -1,0 +1,108 @@
+"""Worker entry point, started once per rank by a launcher (torchrun, mpirun, srun).
+
+Reads the resolved config from the run directory, measures with the one driver, and leaves:
+rank 0's `result.json`, each rank's trace when asked, and on failure `error-rank<R>.json` with
+the reason, which the launcher turns into the failed record.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from omegaconf import OmegaConf
+
+
+def rank_env() -> tuple[int, int, int]:
+    """(rank, world size, local rank) from torchrun, Slurm or MPI environments."""
+    env = os.environ
+    for r, w, lr in (("RANK", "WORLD_SIZE", "LOCAL_RANK"), ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+                     ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+                     ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID")):
+        if r in env and w in env:
+            return int(env[r]), int(env[w]), int(env.get(lr, 0))
+    return 0, 1, 0
+
+
+def write_json(path: Path, obj) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(obj, default=str))
+    os.replace(tmp, path)
+
+
+def main(run_dir: str) -> None:
+    run_dir = Path(run_dir)
+    rank, world, local_rank = rank_env()
+    (run_dir / f"pid-rank{rank}").write_text(str(os.getpid()))
+    try:
+        run(run_dir, rank, world, local_rank)
+    except BaseException as exc:  # the launcher reads this to say why the run failed
+        write_json(run_dir / f"error-rank{rank}.json", {
+            "rank": rank, "time": time.time(), "type": type(exc).__name__,
+            "message": " ".join(str(exc).split())[:500], "traceback": traceback.format_exc(),
+        })
+        raise
+
+
+def run(run_dir: Path, rank: int, world: int, local_rank: int) -> None:
+    from ddlbench import driver, methods, models
+    from ddlbench.trace import NullTracer, Tracer
+
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    device = torch.device("cuda", local_rank) if cfg.device == "cuda" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(cfg.backend, rank=rank, world_size=world, timeout=timedelta(seconds=cfg.comm_timeout_s))
+    try:
+        workload = models.build(cfg.model, cfg.local_batch, cfg.seed)
+        workload.model.to(device)
+        tracer = Tracer(rank) if cfg.trace else NullTracer()
+        ctx = methods.Context(rank=rank, world=world, device=device, tracer=tracer, workload=workload, seed=cfg.seed)
+        sync = methods.build(cfg.method, ctx)
+        label = f"{cfg.method.name} {cfg.model.name} x{world}"
+        progress = driver.Progress(label, cfg, world * cfg.local_batch) if rank == 0 else None
+        result = driver.measure(cfg, ctx, workload, sync, progress, driver.heartbeat(run_dir / f"pid-rank{rank}"))
+        model = workload.model
+        fp = driver.fingerprint(model)
+        fps = [None] * world
+        hosts = [None] * world
+        dist.all_gather_object(fps, fp)
+        dist.all_gather_object(hosts, socket.gethostname())
+        trace_path = None
+        if cfg.trace:
+            trace_path = str(tracer.save(run_dir / f"trace-rank{rank}.json"))
+        traces = [None] * world
+        dist.all_gather_object(traces, trace_path)
+        if rank == 0:
+            if cfg.save_params:
+                torch.save({n: p.detach().cpu() for n, p in model.named_parameters()}, run_dir / "params.pt")
+            write_json(run_dir / "result.json", {
+                **{k: v for k, v in result.items() if k != "model_ref"},
+                **sync.describe(),
+                "param_fingerprint": fp,
+                "params_consistent": all(_close(f, fp) for f in fps),
+                "hosts": sorted(set(hosts)),
+                "trace": traces if cfg.trace else None,
+                "world": world,
+            })
+        # Tear down only when every rank is done: a rank that closes its Gloo connections
+        # while a peer still finishes the last collective makes that peer abort at exit.
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+
+
+def _close(a: dict, b: dict, rel: float = 1e-9) -> bool:
+    return all(abs(a[k] - b[k]) <= rel * max(1.0, abs(b[k])) for k in b)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

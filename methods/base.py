@@ -1,0 +1,62 @@
+"""The one gradient-synchronisation interface every method implements.
+
+The timing driver calls, per iteration:
+
+    sync.begin_iteration(it)   # before forward
+    loss.backward()            # hooks may launch communication while gradients appear
+    sync.synchronize()         # on return every gradient is the average over all workers
+    optimizer.step()
+
+A method decides *when* gradients leave (after backward, or from gradient hooks), *how they are
+grouped* (one tensor, merged groups, everything) and over *which transport* (all-reduce, or
+push/pull to parameter servers). It must be lossless: the averaged gradient equals BSP's.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+
+@dataclass
+class Context:
+    """What a method may use: the process group view, the device, the workload and the tracer."""
+
+    rank: int
+    world: int
+    device: torch.device
+    tracer: Any
+    workload: Any = None  # models.Workload; methods that profile the backward pass need it
+    seed: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+class GradSync(ABC):
+    """Averages gradients across workers; subclasses are the study's schedules."""
+
+    def __init__(self, cfg, ctx: Context):
+        self.cfg = cfg
+        self.ctx = ctx
+        self.iteration = -1
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        """The module the driver trains (DDP returns its wrapper)."""
+        return model
+
+    @abstractmethod
+    def setup(self, model: nn.Module) -> None:
+        """Attach hooks, profile, choose groups. Called once, before the first iteration."""
+
+    def begin_iteration(self, iteration: int) -> None:
+        self.iteration = iteration
+
+    @abstractmethod
+    def synchronize(self) -> None:
+        """Return once every gradient holds the average over all workers."""
+
+    def describe(self) -> dict:
+        """Schedule facts for the run record: message sizes (`groups`) and anything chosen."""
+        return {"groups": None}

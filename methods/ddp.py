@@ -1,0 +1,54 @@
+"""PyTorch DistributedDataParallel with its default buckets: the baseline users reach for.
+
+DDP all-reduces 25 MiB buckets from autograd hooks and waits for them before backward returns.
+With tracing on, a communication hook that does what DDP's default does (divide by the world
+size, all-reduce the bucket) is registered so each bucket appears in the timeline.
+"""
+from __future__ import annotations
+
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from .base import GradSync
+
+
+class DDP(GradSync):
+    def wrap(self, model):
+        kwargs = {"bucket_cap_mb": self.cfg.bucket_cap_mb}
+        if self.ctx.device.type == "cuda":
+            kwargs["device_ids"] = [self.ctx.device.index]
+        self._names = {id(p): n for n, p in model.named_parameters()}
+        self.ddp = DistributedDataParallel(model, **kwargs)  # broadcasts rank 0's parameters
+        if self.ctx.tracer.enabled:
+            self.ddp.register_comm_hook(None, self._traced_allreduce)
+        return self.ddp
+
+    def setup(self, model) -> None:
+        pass
+
+    def _traced_allreduce(self, state, bucket):
+        tracer = self.ctx.tracer
+        buf = bucket.buffer().div_(self.ctx.world)
+        args = {
+            "iter": self.iteration,
+            "bytes": buf.numel() * buf.element_size(),
+            "tensors": [self._names.get(id(p), "?") for p in bucket.parameters()],
+            "group": bucket.index(),
+        }
+        t0 = tracer.now_us()
+
+        def done(fut):
+            tracer.complete("allreduce", "comm", t0, tracer.now_us(), args, lane="comm")
+            return fut.value()[0]
+
+        return dist.all_reduce(buf, async_op=True).get_future().then(done)
+
+    def synchronize(self) -> None:
+        pass  # DDP's reducer has already averaged every gradient when backward returns
+
+    def describe(self) -> dict:
+        # DDP's own logging data holds its current bucket sizes (it rebuilds them after the
+        # first iteration, in the order gradients arrived).
+        sizes = self.ddp._get_ddp_logging_data().get("bucket_sizes", "")
+        groups = [int(s) for s in str(sizes).split(",") if s.strip()] or None
+        return {"groups": groups, "bucket_cap_mb": self.cfg.bucket_cap_mb}

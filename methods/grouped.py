@@ -1,0 +1,135 @@
+"""Gradient groups over a transport: the mechanism under BSP, WFBP and MG-WFBP.
+
+A schedule is (groups, when they leave). Parameters are listed in gradient-ready order (the
+order backward produces them: last layer first); a group is a run of consecutive parameters
+sent as one message. With `eager` the group leaves from the gradient hook of its last member
+(wait-free backpropagation); otherwise all groups leave after backward, in order (BSP).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .base import GradSync
+from .transport import AllReduce
+
+
+def ready_order(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
+    """Trainable parameters, last registered first: the usual gradient-ready order."""
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    return named[::-1]
+
+
+def fuse_by_threshold(sizes_bytes: list[int], threshold_bytes: int) -> list[list[int]]:
+    """Consecutive groups of at most `threshold_bytes` (a larger tensor goes alone), like
+    Horovod's fusion buffer; threshold 0 means one tensor per group."""
+    groups: list[list[int]] = []
+    current: list[int] = []
+    current_bytes = 0
+    for i, size in enumerate(sizes_bytes):
+        if current and current_bytes + size > threshold_bytes:
+            groups.append(current)
+            current, current_bytes = [], 0
+        current.append(i)
+        current_bytes += size
+    if current:
+        groups.append(current)
+    return groups
+
+
+class GroupedSync(GradSync):
+    eager = True  # launch each group from the hook that completes it
+
+    def __init__(self, cfg, ctx, transport=None):
+        super().__init__(cfg, ctx)
+        self.transport = transport or AllReduce(ctx)
+        self.named: list[tuple[str, nn.Parameter]] = []
+        self.groups: list[list[int]] = []
+
+    # -- subclasses choose the groups -------------------------------------------------------
+    def choose_groups(self, model: nn.Module) -> list[list[int]]:
+        raise NotImplementedError
+
+    # -- mechanism --------------------------------------------------------------------------
+    def setup(self, model: nn.Module) -> None:
+        self.named = ready_order(model)
+        broadcast_parameters([p for _, p in self.named], self.ctx)
+        self.groups = self.choose_groups(model)
+        self._group_of = {}
+        for g, members in enumerate(self.groups):
+            for i in members:
+                self._group_of[i] = g
+        self._buffers = [self._buffer(members) for members in self.groups]
+        self._pending = [len(m) for m in self.groups]
+        self._handles: dict[int, object] = {}
+        for i, (_, p) in enumerate(self.named):
+            p.register_post_accumulate_grad_hook(self._hook(i))
+
+    def _buffer(self, members: list[int]):
+        if len(members) == 1:
+            return None  # a single tensor is reduced in place, no copy
+        p0 = self.named[members[0]][1]
+        numel = sum(self.named[i][1].numel() for i in members)
+        return torch.empty(numel, dtype=p0.dtype, device=p0.device)
+
+    def _hook(self, index: int):
+        def hook(param: torch.Tensor) -> None:
+            g = self._group_of[index]
+            self._pending[g] -= 1
+            if self.eager and self._pending[g] == 0:
+                self._launch(g)
+
+        return hook
+
+    def _launch(self, g: int) -> None:
+        members = self.groups[g]
+        buf = self._buffers[g]
+        grads = [self._grad(i) for i in members]
+        if buf is None:
+            flat = grads[0].view(-1)
+        else:
+            torch.cat([t.reshape(-1) for t in grads], out=buf)
+            flat = buf
+        names = [self.named[i][0] for i in members]
+        self._handles[g] = self.transport.reduce_async(flat, iteration=self.iteration, tensors=names, group=g)
+
+    def _grad(self, index: int) -> torch.Tensor:
+        p = self.named[index][1]
+        if p.grad is None:  # a parameter this batch did not use: it contributes zeros
+            p.grad = torch.zeros_like(p)
+        return p.grad
+
+    def synchronize(self) -> None:
+        # Anything not launched yet leaves now, in group order: all of BSP, and for WFBP any
+        # group whose parameters received no gradient this iteration.
+        for g in range(len(self.groups)):
+            if g not in self._handles:
+                self._launch(g)
+        for g in range(len(self.groups)):
+            self._handles[g].wait()
+            buf = self._buffers[g]
+            if buf is not None:
+                offset = 0
+                for i in self.groups[g]:
+                    grad = self.named[i][1].grad
+                    grad.copy_(buf[offset : offset + grad.numel()].view_as(grad))
+                    offset += grad.numel()
+        self._handles.clear()
+        self._pending = [len(m) for m in self.groups]
+
+    def group_bytes(self) -> list[int]:
+        return [sum(self.named[i][1].numel() * self.named[i][1].element_size() for i in m) for m in self.groups]
+
+    def describe(self) -> dict:
+        return {"groups": self.group_bytes()}
+
+
+def broadcast_parameters(params, ctx) -> None:
+    """Start every worker from rank 0's parameters (they are seeded alike; this makes sure)."""
+    if ctx.world == 1:
+        return
+    import torch.distributed as dist
+
+    with torch.no_grad():
+        for p in params:
+            dist.broadcast(p.data, src=0)

@@ -1,0 +1,50 @@
+"""All-reduce transport over torch.distributed (Gloo for CPU tensors, NCCL for GPU tensors).
+
+Every message is traced as one `comm` event from launch to completion: the end time comes from
+the collective's future, so overlap with backward shows in the timeline as it really happened.
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+
+class Handle:
+    def __init__(self, work, on_wait=None):
+        self._work = work
+        self._on_wait = on_wait
+
+    def wait(self) -> None:
+        if self._work is not None:
+            self._work.wait()
+        if self._on_wait is not None:
+            self._on_wait()
+
+
+class AllReduce:
+    """Averages a flat tensor in place: pre-divide by the world size, then sum."""
+
+    name = "allreduce"
+
+    def __init__(self, ctx, group=None):
+        self.ctx = ctx
+        self.group = group
+
+    def reduce_async(self, flat: torch.Tensor, *, iteration: int, tensors: list[str], group: int) -> Handle:
+        world = self.ctx.world
+        if world == 1:
+            return Handle(None)
+        flat.div_(world)
+        tracer = self.ctx.tracer
+        t0 = tracer.now_us() if tracer.enabled else 0.0
+        work = dist.all_reduce(flat, group=self.group, async_op=True)
+        if tracer.enabled:
+            nbytes = flat.numel() * flat.element_size()
+            args = {"iter": iteration, "bytes": nbytes, "tensors": tensors, "group": group}
+
+            def done(fut, t0=t0, args=args):
+                tracer.complete("allreduce", "comm", t0, tracer.now_us(), args, lane="comm")
+                return fut.value()
+
+            work.get_future().then(done)
+        return Handle(work)
