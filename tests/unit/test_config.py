@@ -1,0 +1,58 @@
+"""Every config composes and resolves; bad values fail in one line naming value and choices."""
+import pytest
+
+from ddlbench import config
+from ddlbench.config import ConfigError, choices, preflight
+
+
+@pytest.mark.parametrize("method", choices("method"))
+@pytest.mark.parametrize("model", [m for m in choices("model") if m != "torchvision"])
+@pytest.mark.parametrize("profile", choices("profile"))
+def test_every_method_model_and_profile_composes(method, model, profile):
+    cfg = config.resolve(config._compose([f"method={method}", f"model={model}", f"profile={profile}"]))
+    assert cfg.method.name == method and cfg.model.name == model
+    assert cfg.backend == "gloo" and cfg.local_batch >= 1
+
+
+def test_the_study_profile_uses_the_models_batch_and_protocol():
+    cfg = config.resolve(config._compose(["profile=study", "model=bert-large"]))
+    assert (cfg.profile.warmup_iters, cfg.profile.measured_iters, cfg.profile.repeats) == (10, 100, 5)
+    assert cfg.local_batch == 8
+    cfg = config.resolve(config._compose(["profile=study", "model=resnet50", "local_batch=16"]))
+    assert cfg.local_batch == 16
+
+
+def test_a_torchvision_name_becomes_the_torchvision_model():
+    assert preflight(["model=vgg11"]) == ["model=torchvision", "model.arch=vgg11"]
+
+
+@pytest.mark.parametrize(
+    "override, words",
+    [
+        ("method=foo", ["'foo'", "bsp-a2a", "mg-wfbp", "ddp"]),
+        ("model=nosuch", ["'nosuch'", "resnet50", "bert-base", "torchvision"]),
+        ("workers=0", ["workers=0", ">= 1"]),
+        ("workers=10000", ["workers=10000", "accepted: 1.."]),
+        ("bogus=1", ["'bogus'", "workers", "method"]),
+        ("method.nope=1", ["'method.nope'", "fusion_bytes"]),
+        ("device=tpu", ["'tpu'", "cpu, cuda"]),
+        ("backend=nccl", ["nccl", "device=cuda"]),
+        ("profile.repeats=0", ["profile.repeats=0", ">= 1"]),
+        ("method=mg-wfbp method.alpha_s=-1", ["alpha_s=-1", ">= 0"]),
+    ],
+)
+def test_bad_values_are_one_line_errors(override, words):
+    with pytest.raises(ConfigError) as err:
+        preflight(override.split())
+    msg = str(err.value)
+    assert "\n" not in msg
+    for w in words:
+        assert w in msg
+
+
+def test_every_value_of_a_sweep_is_checked_before_anything_runs():
+    with pytest.raises(ConfigError, match="'nope'"):
+        preflight(["--multirun", "method=bsp-a2a,nope"])
+    with pytest.raises(ConfigError, match="workers=10000"):
+        preflight(["--multirun", "method=bsp-a2a,ddp", "workers=1,10000"])
+    assert preflight(["--multirun", "method=bsp-a2a,ddp", "workers=1,2"]) == ["--multirun", "method=bsp-a2a,ddp", "workers=1,2"]

@@ -1,0 +1,28 @@
+import math
+
+import pytest
+
+from ddlbench import metrics
+
+
+def test_samples_per_sec_is_global_batch_over_mean_iteration_time():
+    assert metrics.samples_per_sec(2 * 64, 0.5) == 256.0
+    with pytest.raises(ValueError):
+        metrics.samples_per_sec(64, 0.0)
+
+
+def test_throughput_over_repeats_uses_sample_std():
+    mean, std, per = metrics.throughput_over_repeats(100, [[1.0, 1.0], [0.5, 0.5]])
+    assert per == [100.0, 200.0]
+    assert mean == 150.0
+    assert std == pytest.approx(math.sqrt(((100 - 150) ** 2 + (200 - 150) ** 2) / 1))
+    assert metrics.mean_std([3.0]) == (3.0, 0.0)
+
+
+def test_speedup_efficiency_and_the_studys_formulas():
+    assert metrics.speedup(7126.52, 253.1) == pytest.approx(28.157, rel=1e-4)
+    assert metrics.scaling_efficiency(28.0, 32) == 0.875
+    assert metrics.model_intensity(470 * 25_557_032, 25_557_032) == 470
+    assert metrics.c2c_ratio(2.0, 64, 470) == pytest.approx(2.0 / (64 * 470))
+    # t_s = 8, t_m = 1, N = 4: 8 / (2 + 1)
+    assert metrics.speedup_without_overlap(8.0, 1.0, 4) == pytest.approx(8 / 3)
