@@ -1,0 +1,138 @@
+"""Bad input fails before anything starts; a dead, hung or interrupted run ends in bounded time
+with a failed record, and earlier records stay intact."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from helpers import REPO, ddlbench, records
+
+pytestmark = pytest.mark.multiproc
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["method=nope"], ["'nope'", "bsp-a2a"]),
+        (["model=nosuch"], ["'nosuch'", "resnet50"]),
+        (["nosuchkey=1"], ["'nosuchkey'", "workers"]),
+        (["workers=0"], ["workers=0"]),
+        (["workers=999"], ["workers=999", "accepted: 1.."]),
+    ],
+)
+def test_bad_input_is_one_line_nonzero_and_appends_nothing(tmp_path, args, words):
+    proc = ddlbench(*args, results=tmp_path, timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ddlbench: error:")
+    for w in words:
+        assert w in lines[0]
+    assert not (tmp_path / "runs.jsonl").exists()
+
+
+def start_long_run(results: Path, *extra: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "ddlbench", "method=wfbp-a2a", "model=tiny-resnet", "workers=2",
+           "profile.warmup_iters=0", "profile.measured_iters=100000", "profile.repeats=1",
+           f"results_dir={results}", *extra]
+    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+
+
+def worker_pid(results: Path, rank: int, timeout: float = 90) -> int:
+    """The pid of a rank once it is iterating: the driver touches the pid file at most once a
+    second while iterating, so a changed modification time means the measured loop runs."""
+    deadline = time.monotonic() + timeout
+    first_mtime = None
+    while time.monotonic() < deadline:
+        files = list(results.glob(f"runs/*/pid-rank{rank}"))
+        if files and files[0].read_text():
+            mtime = files[0].stat().st_mtime_ns
+            first_mtime = first_mtime or mtime
+            if mtime != first_mtime:
+                return int(files[0].read_text())
+        time.sleep(0.1)
+    raise AssertionError("the workers never started iterating")
+
+
+def seed_earlier_record(results: Path) -> str:
+    results.mkdir(parents=True, exist_ok=True)
+    line = json.dumps({"method": "bsp-a2a", "status": "ok", "note": "an earlier run"})
+    (results / "runs.jsonl").write_text(line + "\n")
+    return line
+
+
+def finish_within(proc: subprocess.Popen, seconds: float) -> float:
+    t0 = time.monotonic()
+    try:
+        proc.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise AssertionError(f"the job was still running {seconds} s later")
+    return time.monotonic() - t0
+
+
+def no_worker_left(results: Path, wait_s: float = 3.0) -> bool:
+    """True once no worker process is running (an unreaped zombie counts as gone)."""
+    pids = [int(f.read_text()) for f in results.glob("runs/*/pid-rank*")]
+    deadline = time.monotonic() + wait_s
+    while True:
+        alive = [p for p in pids if _running(p)]
+        if not alive or time.monotonic() > deadline:
+            return not alive
+        time.sleep(0.1)
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+def test_a_killed_worker_ends_the_job_with_a_failed_record(tmp_path):
+    earlier = seed_earlier_record(tmp_path)
+    proc = start_long_run(tmp_path)
+    os.kill(worker_pid(tmp_path, 1), signal.SIGKILL)
+    finish_within(proc, 60)
+    assert proc.returncode != 0
+    lines = (tmp_path / "runs.jsonl").read_text().splitlines()
+    assert lines[0] == earlier
+    rec = json.loads(lines[-1])
+    assert rec["status"] == "failed" and "rank(s) 1 died" in rec["error"]
+    assert no_worker_left(tmp_path)
+
+
+def test_a_hung_worker_ends_the_job_within_60_s(tmp_path):
+    earlier = seed_earlier_record(tmp_path)
+    proc = start_long_run(tmp_path)  # default comm_timeout_s (30 s)
+    hung = worker_pid(tmp_path, 1)
+    os.kill(hung, signal.SIGSTOP)
+    try:
+        elapsed = finish_within(proc, 60)
+    finally:
+        try:
+            os.kill(hung, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    recs = records(tmp_path)
+    assert json.dumps(recs[0]) == earlier and recs[-1]["status"] == "failed"
+    assert "rank 0" in recs[-1]["error"], recs[-1]["error"]  # rank 0's collective timed out
+    assert elapsed < 60
+    assert no_worker_left(tmp_path)
+
+
+def test_ctrl_c_stops_every_worker_and_records_the_interruption(tmp_path):
+    proc = start_long_run(tmp_path)
+    worker_pid(tmp_path, 0)
+    proc.send_signal(signal.SIGINT)
+    finish_within(proc, 30)
+    rec = records(tmp_path)[-1]
+    assert rec["status"] == "failed" and "interrupted" in rec["error"]
+    assert no_worker_left(tmp_path)
