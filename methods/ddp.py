@@ -47,8 +47,8 @@ class DDP(GradSync):
         pass  # DDP's reducer has already averaged every gradient when backward returns
 
     def describe(self) -> dict:
-        # DDP's own logging data holds its current bucket sizes (it rebuilds them after the
-        # first iteration, in the order gradients arrived).
-        sizes = self.ddp._get_ddp_logging_data().get("bucket_sizes", "")
-        groups = [int(s) for s in str(sizes).split(",") if s.strip()] or None
+        # The reducer's current buckets: DDP rebuilds them after the first iteration in the
+        # order gradients arrived (its logging data keeps the first, single-bucket layout).
+        buckets = self.ddp.reducer._get_zeros_like_grad_buckets()
+        groups = [b.buffer().numel() * b.buffer().element_size() for b in buckets] or None
         return {"groups": groups, "bucket_cap_mb": self.cfg.bucket_cap_mb}

@@ -160,8 +160,11 @@ def test_mgwfbp_fits_alpha_beta_at_start_up_and_rank0s_choice_is_what_ran(runs):
             assert sorted(c["args"]["bytes"] for c in cats["comm"]) == sorted(rec["groups"])
 
 
-def test_ddp_buckets_carry_every_gradient(runs):
+def test_ddp_buckets_carry_every_gradient_and_the_record_holds_its_final_buckets(runs):
     rec = runs[("tiny-resnet", "ddp")]
     total = sum(runs[("tiny-resnet", "bsp-a2a")]["groups"])
-    for cats in iterations(rec).values():
+    its = iterations(rec)
+    for cats in its.values():
         assert sum(c["args"]["bytes"] for c in cats["comm"]) == total
+    last = sorted(its[max(its)]["comm"], key=lambda c: c["args"]["group"])
+    assert [c["args"]["bytes"] for c in last] == rec["groups"]
