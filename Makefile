@@ -23,7 +23,7 @@ run_args := model=$(MODEL) profile=$(PROFILE) results_dir=$(RESULTS) \
 	$(if $(WARMUP),profile.warmup_iters=$(WARMUP)) $(if $(ITERS),profile.measured_iters=$(ITERS)) \
 	$(if $(REPEATS),profile.repeats=$(REPEATS)) $(OVERRIDES)
 
-.PHONY: install test reproduce bench summary clean
+.PHONY: install test reproduce bench summary figures clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,10 @@ reproduce: install
 
 summary: install
 	$(PY) -m ddlbench.analysis.summary $(RESULTS)
+
+# The study's Figure 4 and tables from every $(RESULTS)/*.jsonl, beside the published numbers.
+figures: install
+	$(PY) -m ddlbench.analysis.report $(RESULTS)
 
 # Each method against DDP on tiny-resnet and resnet50, 2 workers, interleaved; prints ratios.
 bench: install

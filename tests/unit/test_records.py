@@ -2,7 +2,7 @@
 import json
 
 from ddlbench import record
-from ddlbench.analysis import summary
+from ddlbench.analysis import summary, tables
 from ddlbench.analysis.records import load
 
 
@@ -37,10 +37,10 @@ def test_summary_combines_repeats_and_keeps_setups_apart():
         rec("bsp-a2a", 2, [99.0], local_batch=8),  # another batch: its own table
         rec("mg-wfbp", 2, [5.0], status="failed"),
     ]
-    cells = summary.aggregate(records)
-    assert len(cells) == 2
-    mean, std, n = cells[("m", 4, "cpu", "gloo", "torch")][("bsp-a2a", 2)]
-    assert (mean, round(std, 6), n) == (20.0, 2.0, 3)
+    setups = tables.ours(records)
+    assert len(setups) == 2
+    cell = setups[tables.Setup("ours", "m", 4, "cpu/gloo")][("bsp-a2a", 2)]
+    assert (cell.mean, round(cell.std, 6), cell.n) == (20.0, 2.0, 3)
     text = summary.render(records)
     assert "20.00 ± 2.00 [2.00x]" in text
     assert "mg-wfbp" not in text  # failed runs are not cells
