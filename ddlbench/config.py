@@ -124,6 +124,8 @@ def resolve(cfg: DictConfig) -> DictConfig:
     """Validate a composed config and fill derived values (local_batch, backend). In place."""
     with open_dict(cfg):
         _int(cfg, "workers", 1)
+        if cfg.servers == "auto":
+            cfg.servers = 1 if cfg.method.architecture == "ps" else 0  # one per worker machine
         _int(cfg, "servers", 0)
         _int(cfg, "profile.warmup_iters", 0)
         _int(cfg, "profile.measured_iters", 1)
@@ -149,11 +151,22 @@ def resolve(cfg: DictConfig) -> DictConfig:
 def _check_method(cfg) -> None:
     from ddlbench.methods import SCHEDULES
 
+    from ddlbench.methods import ARCHITECTURES
+
     m = cfg.method
     if m.schedule not in SCHEDULES:
         raise _bad("method.schedule", m.schedule, SCHEDULES)
+    if m.architecture not in ARCHITECTURES:
+        raise _bad("method.architecture", m.architecture, ARCHITECTURES)
     if m.architecture == "a2a" and cfg.servers != 0:
         raise ConfigError(f"servers={cfg.servers} with method={m.name}: all-reduce methods use no servers; accepted: 0")
+    if m.architecture == "ps" and cfg.servers < 1:
+        raise ConfigError(f"servers={cfg.servers} with method={m.name}: a parameter-server method needs servers; accepted: 1 or more")
+    if "partition_bytes" in m:
+        _int(cfg, "method.partition_bytes", 1)
+    if "credit_bytes" in m and m.credit_bytes < m.partition_bytes:
+        raise ConfigError(f"method.credit_bytes={m.credit_bytes} is smaller than one partition "
+                          f"(method.partition_bytes={m.partition_bytes}); accepted: >= {m.partition_bytes}")
     if "fusion_bytes" in m:
         _int(cfg, "method.fusion_bytes", 0)
     if "bucket_cap_mb" in m and not m.bucket_cap_mb > 0:
@@ -189,10 +202,14 @@ def _check_placement(cfg) -> None:
             f"workers={cfg.workers} is more than the local launcher can place ({capacity}: {why}); "
             f"accepted: 1..{capacity}, or a cluster launcher"
         )
+    cores = (os.cpu_count() or 1) * int(cfg.launcher.max_workers_per_cpu)
+    if cfg.device == "cpu" and cfg.workers + cfg.servers > cores:
+        raise ConfigError(f"workers={cfg.workers} + servers={cfg.servers} is more processes than the local "
+                          f"launcher can place ({cores}); accepted: workers + servers <= {cores}")
 
 
 def threads_per_worker(cfg) -> int:
     t = cfg.launcher.get("threads_per_worker", "auto")
     if t == "auto":
-        return max(1, (os.cpu_count() or 1) // cfg.workers)
+        return max(1, (os.cpu_count() or 1) // (cfg.workers + cfg.servers))
     return int(t)

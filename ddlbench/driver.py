@@ -77,7 +77,7 @@ def _slowest_rank(times: list[float], ctx) -> list[float]:
     if ctx.world == 1:
         return times
     t = torch.tensor(times, dtype=torch.float64, device=ctx.device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ctx.group)
     return t.cpu().tolist()
 
 

@@ -21,12 +21,13 @@ from pathlib import Path
 
 GRACE_S = 5.0  # after the first worker error, how long the others get to exit by themselves
 POLL_S = 0.2
+SYMPTOMS = ("Connection closed by peer", "Connection reset", "Timed out", "timed out", "no pull from server")
 
 
 def command(cfg, run_dir: Path) -> list[str]:
     return [
         sys.executable, "-m", "torch.distributed.run", "--standalone",
-        f"--nproc-per-node={cfg.workers}", "--max-restarts=0", "--monitor-interval=0.5",
+        f"--nproc-per-node={cfg.workers + cfg.servers}", "--max-restarts=0", "--monitor-interval=0.5",
         "-m", "ddlbench.launch.worker", str(run_dir),
     ]
 
@@ -55,7 +56,7 @@ def start(cfg, run_dir: Path, env: dict) -> tuple[int, str | None]:
         kill_all(proc, run_dir)
         return 130, "interrupted (Ctrl-C); every worker was stopped"
     rc = proc.wait()
-    return rc, None if rc == 0 else failure_reason(run_dir, cfg.workers, rc)
+    return rc, None if rc == 0 else failure_reason(run_dir, cfg.workers, rc, cfg.servers)
 
 
 def heartbeat(run_dir: Path) -> float | None:
@@ -98,6 +99,10 @@ def worker_pids(run_dir: Path) -> list[int]:
     return out
 
 
+def _names(ranks: list[int], workers: int) -> str:
+    return ", ".join(str(r) if r < workers else f"{r} (server {r - workers})" for r in ranks)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -108,27 +113,30 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def failure_reason(run_dir: Path, workers: int, rc: int) -> str:
-    """One line: the first worker error, and which ranks left no report (killed or crashed)."""
+def failure_reason(run_dir: Path, workers: int, rc: int, servers: int = 0) -> str:
+    """One line: the first error, and which ranks left no report (killed or crashed). Ranks
+    from `workers` on are parameter servers."""
     errors = []
     for f in run_dir.glob("error-rank*.json"):
         try:
             errors.append(json.loads(f.read_text()))
         except (OSError, ValueError):
             pass
-    errors.sort(key=lambda e: e["time"])
+    # A peer's death shows up everywhere else as a closed connection or a timeout: report the
+    # error that is not such a symptom first.
+    errors.sort(key=lambda e: (any(m in e["message"] for m in SYMPTOMS), e["time"]))
     reported = {e["rank"] for e in errors}
     started = {int(f.name.removeprefix("pid-rank")) for f in run_dir.glob("pid-rank*")}
-    silent = sorted(r for r in range(workers) if r not in reported)
+    silent = sorted(r for r in range(workers + servers) if r not in reported)
     parts = []
     if silent:
         never = [r for r in silent if r not in started]
         died = [r for r in silent if r in started]
         if died:
-            parts.append(f"rank(s) {', '.join(map(str, died))} died without a report (killed or crashed)")
+            parts.append(f"rank(s) {_names(died, workers)} died without a report (killed or crashed)")
         if never:
-            parts.append(f"rank(s) {', '.join(map(str, never))} never started")
+            parts.append(f"rank(s) {_names(never, workers)} never started")
     if errors:
         e = errors[0]
-        parts.append(f"rank {e['rank']}: {e['type']}: {e['message']}")
+        parts.append(f"rank {_names([e['rank']], workers)}: {e['type']}: {e['message']}")
     return "; ".join(parts) or f"torchrun exited with code {rc}"

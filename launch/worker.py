@@ -58,35 +58,48 @@ def main(run_dir: str) -> None:
 
 
 def run(run_dir: Path, rank: int, world: int, local_rank: int) -> None:
+    """Ranks 0..W-1 are workers; ranks W..W+S-1 are parameter servers (PS methods only)."""
     from ddlbench import driver, methods, models
+    from ddlbench.methods import ps
     from ddlbench.trace import NullTracer, Tracer
 
     cfg = OmegaConf.load(run_dir / "config.yaml")
+    W, S = cfg.workers, cfg.servers
+    if world != W + S:
+        raise RuntimeError(f"launched {world} processes for workers={W} + servers={S}")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    device = torch.device("cuda", local_rank) if cfg.device == "cuda" else torch.device("cpu")
+    is_server = rank >= W
+    device = torch.device("cuda", local_rank) if cfg.device == "cuda" and not is_server else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    dist.init_process_group(cfg.backend, rank=rank, world_size=world, timeout=timedelta(seconds=cfg.comm_timeout_s))
+    backend = cfg.backend if S == 0 or cfg.backend == "gloo" else f"cpu:gloo,cuda:{cfg.backend}"
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=cfg.comm_timeout_s))
     try:
-        workload = models.build(cfg.model, cfg.local_batch, cfg.seed)
-        workload.model.to(device)
+        # Workers' collectives run in their own group so servers never take part in them.
+        group = dist.new_group(list(range(W))) if S else None
         tracer = Tracer(rank) if cfg.trace else NullTracer()
-        ctx = methods.Context(rank=rank, world=world, device=device, tracer=tracer, workload=workload, seed=cfg.seed)
-        sync = methods.build(cfg.method, ctx)
-        label = f"{cfg.method.name} {cfg.model.name} x{world}"
-        progress = driver.Progress(label, cfg, world * cfg.local_batch) if rank == 0 else None
-        result = driver.measure(cfg, ctx, workload, sync, progress, driver.heartbeat(run_dir / f"pid-rank{rank}"))
-        model = workload.model
-        fp = driver.fingerprint(model)
-        fps = [None] * world
-        hosts = [None] * world
-        dist.all_gather_object(fps, fp)
-        dist.all_gather_object(hosts, socket.gethostname())
-        trace_path = None
-        if cfg.trace:
-            trace_path = str(tracer.save(run_dir / f"trace-rank{rank}.json"))
-        traces = [None] * world
-        dist.all_gather_object(traces, trace_path)
+        result, fp = None, None
+        if is_server:
+            server_stats = ps.serve(rank, W, tracer, cfg.comm_timeout_s)
+            model = None
+        else:
+            workload = models.build(cfg.model, cfg.local_batch, cfg.seed)
+            workload.model.to(device)
+            extra = {"workers": W, "servers": S, "comm_timeout_s": cfg.comm_timeout_s, "optimizer": cfg.optimizer}
+            ctx = methods.Context(rank=rank, world=W, device=device, tracer=tracer, workload=workload,
+                                  seed=cfg.seed, group=group, extra=extra)
+            sync = methods.build(cfg.method, ctx)
+            label = f"{cfg.method.name} {cfg.model.name} x{W}" + (f" +{S} servers" if S else "")
+            progress = driver.Progress(label, cfg, W * cfg.local_batch) if rank == 0 else None
+            result = driver.measure(cfg, ctx, workload, sync, progress, driver.heartbeat(run_dir / f"pid-rank{rank}"))
+            sync.close()
+            model = workload.model
+            fp = driver.fingerprint(model)
+            server_stats = None
+        gathered = [None] * world
+        trace_path = str(tracer.save(run_dir / f"trace-rank{rank}.json")) if cfg.trace else None
+        dist.all_gather_object(gathered, (fp, socket.gethostname(), trace_path, server_stats))
+        fps = [g[0] for g in gathered[:W]]
         if rank == 0:
             if cfg.save_params:
                 torch.save({n: p.detach().cpu() for n, p in model.named_parameters()}, run_dir / "params.pt")
@@ -95,8 +108,9 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> None:
                 **sync.describe(),
                 "param_fingerprint": fp,
                 "params_consistent": all(_close(f, fp) for f in fps),
-                "hosts": sorted(set(hosts)),
-                "trace": traces if cfg.trace else None,
+                "hosts": sorted({g[1] for g in gathered}),
+                "trace": [g[2] for g in gathered] if cfg.trace else None,
+                "server_stats": [g[3] for g in gathered[W:]] or None,
                 "world": world,
             })
         # Tear down only when every rank is done: a rank that closes its Gloo connections

@@ -1,6 +1,7 @@
 """The study's methods, one small plug-in per schedule behind `base.GradSync`.
 
-`method` configs name a schedule and an architecture; this registry maps them to plug-ins.
+A method is (architecture) x (schedule): `method` configs name both; the architecture picks the
+transport (all-reduce, or push/pull to parameter servers) and the schedule the plug-in.
 """
 from __future__ import annotations
 
@@ -20,4 +21,20 @@ def build(method_cfg, ctx: Context) -> GradSync:
     if method_cfg.schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {method_cfg.schedule!r}; accepted: {', '.join(SCHEDULES)}")
     module, cls = SCHEDULES[method_cfg.schedule].split(":")
-    return getattr(importlib.import_module(module), cls)(method_cfg, ctx)
+    plugin = getattr(importlib.import_module(module), cls)
+    if method_cfg.schedule == "ddp":
+        return plugin(method_cfg, ctx)
+    return plugin(method_cfg, ctx, make_transport(method_cfg, ctx))
+
+
+ARCHITECTURES = ("a2a", "ps")
+
+
+def make_transport(method_cfg, ctx):
+    if method_cfg.architecture == "a2a":
+        from .transport import AllReduce
+
+        return AllReduce(ctx)
+    from .ps import PushPull
+
+    return PushPull(ctx, ctx.extra["workers"], ctx.extra["servers"], int(method_cfg.partition_bytes))

@@ -31,6 +31,7 @@ class Context:
     tracer: Any
     workload: Any = None  # models.Workload; methods that profile the backward pass need it
     seed: int = 0
+    group: Any = None  # the workers' process group (None: the default group, no servers)
     extra: dict = field(default_factory=dict)
 
 
@@ -56,6 +57,12 @@ class GradSync(ABC):
     @abstractmethod
     def synchronize(self) -> None:
         """Return once every gradient holds the average over all workers."""
+
+    def close(self) -> None:
+        """After the last iteration: release servers and threads."""
+        close = getattr(getattr(self, "transport", None), "close", None)
+        if close is not None:
+            close()
 
     def describe(self) -> dict:
         """Schedule facts for the run record: message sizes (`groups`) and anything chosen."""

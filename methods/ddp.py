@@ -14,7 +14,7 @@ from .base import GradSync
 
 class DDP(GradSync):
     def wrap(self, model):
-        kwargs = {"bucket_cap_mb": self.cfg.bucket_cap_mb}
+        kwargs = {"bucket_cap_mb": self.cfg.bucket_cap_mb, "process_group": self.ctx.group}
         if self.ctx.device.type == "cuda":
             kwargs["device_ids"] = [self.ctx.device.index]
         self._names = {id(p): n for n, p in model.named_parameters()}
@@ -41,7 +41,7 @@ class DDP(GradSync):
             tracer.complete("allreduce", "comm", t0, tracer.now_us(), args, lane="comm")
             return fut.value()[0]
 
-        return dist.all_reduce(buf, async_op=True).get_future().then(done)
+        return dist.all_reduce(buf, group=self.ctx.group, async_op=True).get_future().then(done)
 
     def synchronize(self) -> None:
         pass  # DDP's reducer has already averaged every gradient when backward returns

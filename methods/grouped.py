@@ -60,6 +60,7 @@ class GroupedSync(GradSync):
             for i in members:
                 self._group_of[i] = g
         self._buffers = [self._buffer(members) for members in self.groups]
+        self.transport.prepare([sum(self.named[i][1].numel() for i in m) for m in self.groups])
         self._pending = [len(m) for m in self.groups]
         self._handles: dict[int, object] = {}
         for i, (_, p) in enumerate(self.named):
@@ -132,4 +133,4 @@ def broadcast_parameters(params, ctx) -> None:
 
     with torch.no_grad():
         for p in params:
-            dist.broadcast(p.data, src=0)
+            dist.broadcast(p.data, src=0, group=ctx.group)

@@ -101,7 +101,7 @@ class MGWFBP(GroupedSync):
         # Rank 0 decides, everyone follows: profiles differ slightly across ranks.
         choice = [order, tb, float(a), float(b), bench]
         if self.ctx.world > 1:
-            dist.broadcast_object_list(choice, src=0)
+            dist.broadcast_object_list(choice, src=0, group=self.ctx.group)
         order, tb, a, b, bench = choice
         self.named = [self.named[i] for i in order]
         sizes = [sizes[i] for i in order]
@@ -158,11 +158,11 @@ class MGWFBP(GroupedSync):
             reps = []
             for rep in range(1 + int(cfg.bench_reps)):
                 if self.ctx.world > 1:
-                    dist.barrier()
+                    dist.barrier(group=self.ctx.group)
                 _sync_device(self.ctx.device)
                 t0 = time.perf_counter()
                 if self.ctx.world > 1:
-                    dist.all_reduce(t)
+                    dist.all_reduce(t, group=self.ctx.group)
                 _sync_device(self.ctx.device)
                 if rep > 0:
                     reps.append(time.perf_counter() - t0)

@@ -26,9 +26,12 @@ class AllReduce:
 
     name = "allreduce"
 
-    def __init__(self, ctx, group=None):
+    def __init__(self, ctx):
         self.ctx = ctx
-        self.group = group
+        self.group = ctx.group
+
+    def prepare(self, message_numels: list[int]) -> None:
+        pass  # collectives need no plan
 
     def reduce_async(self, flat: torch.Tensor, *, iteration: int, tensors: list[str], group: int) -> Handle:
         world = self.ctx.world

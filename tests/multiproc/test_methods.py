@@ -96,8 +96,8 @@ def param_names(rec) -> set[str]:
 @pytest.mark.parametrize("method", METHODS)
 def test_trace_events_follow_the_contract(runs, method):
     rec = runs[("tiny-resnet", method)]
-    assert len(rec["trace"]) == 2
-    for rank in (0, 1):
+    assert len(rec["trace"]) == rec["workers"] + rec["servers"]
+    for rank in range(rec["workers"]):
         events = load_trace(rec["trace"][rank])
         for e in events:
             assert e["ph"] == "X" and e["pid"] == rank and e["cat"] in CATEGORIES
@@ -168,3 +168,29 @@ def test_ddp_buckets_carry_every_gradient_and_the_record_holds_its_final_buckets
         assert sum(c["args"]["bytes"] for c in cats["comm"]) == total
     last = sorted(its[max(its)]["comm"], key=lambda c: c["args"]["group"])
     assert [c["args"]["bytes"] for c in last] == rec["groups"]
+
+
+@pytest.mark.parametrize("method", ["bsp-ps", "wfbp-ps"])
+def test_ps_traffic_goes_through_server_processes(runs, method):
+    rec = runs[("tiny-resnet", method)]
+    assert rec["servers"] == 1 and len(rec["trace"]) == 3  # two workers, one server
+    limit = rec["config"]["method"]["partition_bytes"]
+    server_events = load_trace(rec["trace"][2])
+    kinds = {e["name"] for e in server_events}
+    assert {"push_received", "sum", "pull_served"} <= kinds
+    assert all(e["cat"] == "server" and e["args"]["server"] == 0 and e["pid"] == 2 for e in server_events)
+    pushes = [e for e in server_events if e["name"] == "push_received"]
+    assert {e["args"]["worker"] for e in pushes} == {0, 1}
+    for cats in iterations(rec).values():
+        assert all(c["args"]["server"] == 0 and c["args"]["bytes"] <= limit for c in cats["comm"])
+    served = [e for e in server_events if e["name"] == "pull_served"]
+    worker_msgs = sum(len(c["comm"]) for c in iterations(rec).values())
+    assert len(served) == worker_msgs  # every message a worker pulled was served by the server
+    assert rec["server_stats"][0]["pushes"] == 2 * worker_msgs
+
+
+def test_wfbp_ps_pushes_during_backward_and_bsp_ps_after(runs):
+    for method, during in (("wfbp-ps", True), ("bsp-ps", False)):
+        for cats in iterations(runs[("tiny-resnet", method)]).values():
+            bw = cats["backward"][0]
+            assert (min(c["ts"] for c in cats["comm"]) < bw["ts"] + bw["dur"]) is during, method
