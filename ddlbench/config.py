@@ -73,6 +73,11 @@ def preflight(overrides: list[str]) -> list[str]:
     fixed = [o for o in out if not o.startswith("hydra")]
     for combo in itertools.product(*sweeps):
         resolve(_compose(fixed + list(combo)))
+    # Hydra composes a multirun's base config with the default group choices; a setting under a
+    # swept group (method.partition_bytes with method=a,b) exists only in the jobs. Every job was
+    # checked above with the key strict, so hand such settings to Hydra as `++key=value`.
+    swept = {o.split("=", 1)[0] + "." for o in sweep_texts if o.split("=", 1)[0] in GROUPS}
+    out = [f"++{o}" if any(o.startswith(g) for g in swept) else o for o in out]
     return flags + out + sweep_texts
 
 

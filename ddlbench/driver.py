@@ -35,6 +35,8 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
             _sync(ctx.device)
             t0 = time.perf_counter()
             step(model, workload, sync, opt, batch, iteration, tracer)
+            if i == p.warmup_iters + p.measured_iters - 1:
+                sync.flush()  # a repeat ends when its last communication has landed
             _sync(ctx.device)
             dt = time.perf_counter() - t0
             if i >= p.warmup_iters:
@@ -65,9 +67,12 @@ def step(model, workload, sync, opt, batch, iteration: int, tracer) -> None:
     args = {"iter": iteration}
     with tracer.span("forward", "forward", args):
         loss = workload.loss(model, batch)
+    sync.before_backward()
     with tracer.span("backward", "backward", args):
         loss.backward()
     sync.synchronize()
+    if sync.owns_update:
+        return  # updated parameter by parameter as their communication completes
     with tracer.span("optimizer", "optimizer", args):
         opt.step()
         opt.zero_grad(set_to_none=True)

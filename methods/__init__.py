@@ -12,6 +12,7 @@ SCHEDULES = {
     "wfbp": "ddlbench.methods.wfbp:WFBP",
     "mgwfbp": "ddlbench.methods.mgwfbp:MGWFBP",
     "ddp": "ddlbench.methods.ddp:DDP",
+    "bytescheduler": "ddlbench.methods.bytescheduler:ByteScheduler",
 }
 
 

@@ -38,6 +38,8 @@ class Context:
 class GradSync(ABC):
     """Averages gradients across workers; subclasses are the study's schedules."""
 
+    owns_update = False  # True: the method applies the optimizer step itself, per parameter
+
     def __init__(self, cfg, ctx: Context):
         self.cfg = cfg
         self.ctx = ctx
@@ -57,6 +59,12 @@ class GradSync(ABC):
     @abstractmethod
     def synchronize(self) -> None:
         """Return once every gradient holds the average over all workers."""
+
+    def before_backward(self) -> None:
+        """Called after forward, before backward."""
+
+    def flush(self) -> None:
+        """Wait for all communication and updates in flight (end of a repeat)."""
 
     def close(self) -> None:
         """After the last iteration: release servers and threads."""

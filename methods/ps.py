@@ -15,6 +15,7 @@ through pinned host memory, as BytePS does.
 """
 from __future__ import annotations
 
+import queue
 import threading
 from dataclasses import dataclass
 
@@ -73,6 +74,7 @@ class PushPull:
         self._pending: dict[int, _PartHandle] = {}
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        self._acks: queue.SimpleQueue = queue.SimpleQueue()
         self.error: BaseException | None = None
 
     # -- set-up: every rank, servers included, takes part -----------------------------------
@@ -86,17 +88,25 @@ class PushPull:
             t = threading.Thread(target=self._receive_from, args=(s,), daemon=True, name=f"pull-from-server{s}")
             t.start()
             self._threads.append(t)
+        ack = threading.Thread(target=self._acknowledge, daemon=True, name="push-acks")
+        ack.start()
+        self._threads.append(ack)
 
     def _pin(self) -> bool:
         return self.ctx.device.type == "cuda"
 
     # -- push ------------------------------------------------------------------------------
-    def reduce_async(self, flat: torch.Tensor, *, iteration: int, tensors: list[str], group: int, priority=None):
-        handles = [self.push(p, flat[p.start:p.end], iteration, tensors, priority) for p in self.parts[group]]
-        return _Joined(handles)
+    def reduce_async(self, flat: torch.Tensor, *, iteration: int, tensors: list[str], group: int,
+                     extra_args: dict | None = None, on_done=None, on_pushed=None):
+        """`on_pushed()` runs once the servers hold every partition of `flat`, `on_done()` once
+        every partition's average is back in `flat` (both on this transport's threads)."""
+        parts = self.parts[group]
+        pushed, done = _countdown(len(parts), on_pushed), _countdown(len(parts), on_done)
+        return _Joined([self.push(p, flat[p.start:p.end], iteration, tensors, extra_args, done, pushed) for p in parts])
 
-    def push(self, part: Part, view: torch.Tensor, iteration: int, tensors, priority=None) -> "_PartHandle":
-        h = _PartHandle(part, view, self, iteration, tensors, priority)
+    def push(self, part: Part, view: torch.Tensor, iteration: int, tensors, extra_args=None, on_done=None,
+             on_pushed=None) -> "_PartHandle":
+        h = _PartHandle(part, view, self, iteration, tensors, extra_args, on_done, on_pushed)
         with self._lock:
             self._pending[part.key] = h
         buf = self._push_bufs[part.key]
@@ -106,7 +116,25 @@ class PushPull:
         with self._send_locks[part.server]:  # a header and its payload go out back to back
             h.sends = [dist.isend(header, dst=dst, tag=0), dist.isend(buf, dst=dst, tag=part.key + 1)]
         h.header = header  # keep the header alive until sent
+        self._acks.put(h)
         return h
+
+    def _acknowledge(self) -> None:
+        """Wait on every push in order: a finished send means the server holds the partition."""
+        try:
+            while True:
+                h = self._acks.get()
+                if h is None:
+                    return
+                for work in h.sends:
+                    work.wait()
+                h.pushed()
+        except BaseException as exc:
+            self.error = exc
+            with self._lock:
+                for h in self._pending.values():
+                    h.event.set()
+                    h.acked.set()
 
     # -- pull ------------------------------------------------------------------------------
     def _receive_from(self, s: int) -> None:
@@ -128,28 +156,37 @@ class PushPull:
             with self._lock:
                 for h in self._pending.values():
                     h.event.set()
+                    h.acked.set()
 
     def close(self) -> None:
         """Tell every server this worker is done; the servers answer with STOP headers."""
         for s in range(self.S):
             with self._send_locks[s]:
                 dist.send(torch.tensor([STOP, -1], dtype=torch.int64), dst=self.W + s, tag=0)
+        self._acks.put(None)
         for t in self._threads:
             t.join(timeout=self.ctx.extra.get("comm_timeout_s", 30))
 
 
 class _PartHandle:
-    def __init__(self, part, view, transport, iteration, tensors, priority):
+    def __init__(self, part, view, transport, iteration, tensors, extra_args, on_done, on_pushed):
         self.part, self.view, self.transport = part, view, transport
         self.event = threading.Event()
-        self.callbacks = []
+        self.acked = threading.Event()
+        self.on_done, self.on_pushed = on_done, on_pushed
         self.sends = []
         tracer = transport.ctx.tracer
         self.t0 = tracer.now_us() if tracer.enabled else 0.0
         self.args = {"iter": iteration, "bytes": part.numel * view.element_size(), "tensors": tensors,
-                     "group": part.message, "partition": part.key, "server": part.server}
-        if priority is not None:
-            self.args["priority"] = priority
+                     "group": part.message, "partition": part.key, "server": part.server, **(extra_args or {})}
+
+    def pushed(self) -> None:
+        tracer = self.transport.ctx.tracer
+        if tracer.enabled:
+            self.args["pushed_us"] = round(tracer.now_us(), 3)
+        self.acked.set()
+        if self.on_pushed is not None:
+            self.on_pushed()
 
     def arrived(self, summed: torch.Tensor) -> None:
         self.view.copy_(summed)
@@ -158,16 +195,31 @@ class _PartHandle:
         if tracer.enabled:
             tracer.complete("push_pull", "comm", self.t0, tracer.now_us(), self.args, lane="comm")
         self.event.set()
-        for cb in self.callbacks:
-            cb()
+        if self.on_done is not None:
+            self.on_done()
 
     def wait(self) -> None:
-        for work in self.sends:
-            work.wait()
+        timeout = self.transport.ctx.extra.get("comm_timeout_s", 30)
+        self.acked.wait(timeout)
         timeout = self.transport.ctx.extra.get("comm_timeout_s", 30)
         if not self.event.wait(timeout) or self.transport.error is not None:
             raise RuntimeError(f"no pull from server {self.part.server} for partition {self.part.key} "
                                f"within {timeout} s: {self.transport.error or 'server dead or hung'}")
+
+
+def _countdown(n: int, then):
+    """A callable that runs `then()` on its n-th call."""
+    left = [n]
+    lock = threading.Lock()
+
+    def tick() -> None:
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if last and then is not None:
+            then()
+
+    return tick
 
 
 class _Joined:

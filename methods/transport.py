@@ -33,20 +33,27 @@ class AllReduce:
     def prepare(self, message_numels: list[int]) -> None:
         pass  # collectives need no plan
 
-    def reduce_async(self, flat: torch.Tensor, *, iteration: int, tensors: list[str], group: int) -> Handle:
+    def reduce_async(self, flat: torch.Tensor, *, iteration: int, tensors: list[str], group: int,
+                     extra_args: dict | None = None, on_done=None) -> Handle:
+        """`on_done()` runs on the backend's thread once the average is in `flat`."""
         world = self.ctx.world
+        tracer = self.ctx.tracer
         if world == 1:
+            if on_done is not None:
+                on_done()
             return Handle(None)
         flat.div_(world)
-        tracer = self.ctx.tracer
         t0 = tracer.now_us() if tracer.enabled else 0.0
         work = dist.all_reduce(flat, group=self.group, async_op=True)
-        if tracer.enabled:
-            nbytes = flat.numel() * flat.element_size()
-            args = {"iter": iteration, "bytes": nbytes, "tensors": tensors, "group": group}
+        if tracer.enabled or on_done is not None:
+            args = {"iter": iteration, "bytes": flat.numel() * flat.element_size(), "tensors": tensors,
+                    "group": group, **(extra_args or {})}
 
             def done(fut, t0=t0, args=args):
-                tracer.complete("allreduce", "comm", t0, tracer.now_us(), args, lane="comm")
+                if tracer.enabled:
+                    tracer.complete("allreduce", "comm", t0, tracer.now_us(), args, lane="comm")
+                if on_done is not None:
+                    on_done()
                 return fut.value()
 
             work.get_future().then(done)

@@ -29,6 +29,8 @@ METHODS = choices("method")
 SETUPS = {"tiny-resnet": 2, "tiny-bert": 3}
 PROTOCOL = ["profile.warmup_iters=1", "profile.measured_iters=3", "profile.repeats=1", "local_batch=4",
             "trace=true", "save_params=true"]
+# Small pieces and credit, so that on tiny models partitions queue and priority matters.
+BYTESCHEDULER = ["method.partition_bytes=4096", "method.credit_bytes=16384"]
 
 
 @pytest.fixture(scope="session")
@@ -37,9 +39,11 @@ def runs(tmp_path_factory) -> dict:
     out = {}
     for model, workers in SETUPS.items():
         results = tmp_path_factory.mktemp(model)
-        others = [m for m in METHODS if m != "mg-wfbp"]
+        others = [m for m in METHODS if m != "mg-wfbp" and not m.startswith("bytescheduler")]
         ddlbench("--multirun", f"method={','.join(others)}", f"model={model}", f"workers={workers}", *PROTOCOL,
                  results=results, check=True)
+        ddlbench("--multirun", "method=bytescheduler-ps,bytescheduler-a2a", f"model={model}", f"workers={workers}",
+                 *PROTOCOL, *BYTESCHEDULER, results=results, check=True)
         mg = ["method.alpha_s=2e-5"] if model == "tiny-resnet" else []
         ddlbench("method=mg-wfbp", f"model={model}", f"workers={workers}", *PROTOCOL, *mg, results=results, check=True)
         for r in records(results):
@@ -194,3 +198,63 @@ def test_wfbp_ps_pushes_during_backward_and_bsp_ps_after(runs):
         for cats in iterations(runs[("tiny-resnet", method)]).values():
             bw = cats["backward"][0]
             assert (min(c["ts"] for c in cats["comm"]) < bw["ts"] + bw["dur"]) is during, method
+
+
+BS = ["bytescheduler-ps", "bytescheduler-a2a"]
+
+
+def comm_events(rec, rank):
+    return [e for e in load_trace(rec["trace"][rank]) if e["cat"] == "comm"]
+
+
+def in_flight_span(rec, e):
+    """From dispatch until credit comes back: the all-reduce's end, or (PS) the push's receipt."""
+    return e["ts"], (e["args"]["pushed_us"] if rec["servers"] else e["ts"] + e["dur"])
+
+
+@pytest.mark.parametrize("method", BS)
+def test_bytescheduler_pieces_never_exceed_the_partition_size(runs, method):
+    rec = runs[("tiny-resnet", method)]
+    assert rec["partition_bytes"] == 4096 and rec["partitions_per_iter"] > 29  # tensors were split
+    for rank in range(rec["workers"]):
+        sizes = [e["args"]["bytes"] for e in comm_events(rec, rank)]
+        assert sizes and max(sizes) <= 4096
+
+
+@pytest.mark.parametrize("method", BS)
+def test_bytescheduler_bytes_in_flight_stay_within_credit_plus_one_partition(runs, method):
+    rec = runs[("tiny-resnet", method)]
+    limit = rec["credit_bytes"] + rec["partition_bytes"]
+    points = []
+    for e in comm_events(rec, 0):  # rank 0 decides the order for A2A; on PS each rank does
+        start, end = in_flight_span(rec, e)
+        points += [(start, e["args"]["bytes"]), (end, -e["args"]["bytes"])]
+    level, peak = 0, 0
+    for _, delta in sorted(points, key=lambda p: (p[0], p[1])):  # releases before sends at a tie
+        level += delta
+        peak = max(peak, level)
+    assert 4096 < peak <= limit  # several pieces in flight at once, never past the credit
+
+
+@pytest.mark.parametrize("method", BS)
+def test_bytescheduler_sends_the_highest_priority_queued_partition_first(runs, method):
+    rec = runs[("tiny-resnet", method)]
+    events = comm_events(rec, 0)
+    overtakes = 0
+    for x in events:
+        chosen = x["args"]["chosen_us"]
+        for y in events:  # y was waiting when x was chosen: it must not be more urgent
+            if y["args"]["ready_us"] <= chosen < y["args"]["chosen_us"]:
+                assert y["args"]["priority"] >= x["args"]["priority"], (x["args"], y["args"])
+        overtakes += x["args"]["queued"] > 0 and any(
+            y["args"]["ready_us"] < x["args"]["ready_us"] and y["args"]["chosen_us"] > chosen for y in events)
+    assert overtakes > 0  # a later, more urgent partition did overtake earlier ones
+
+
+@pytest.mark.parametrize("method", BS)
+def test_bytescheduler_overlaps_communication_with_the_next_forward_pass(runs, method):
+    rec = runs[("tiny-resnet", method)]
+    its = iterations(rec)
+    overlapped = [i for i in sorted(its)[:-1]
+                  if its[i + 1]["forward"][0]["ts"] < max(c["ts"] + c["dur"] for c in its[i]["comm"])]
+    assert overlapped, "no iteration's communication ran into the next forward pass"

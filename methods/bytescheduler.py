@@ -1,0 +1,249 @@
+"""ByteScheduler (Peng et al., SOSP 2019): tensor partitioning, priority and credit.
+
+* Every gradient tensor is split into partitions of at most `partition_bytes`.
+* Priority is the layer's forward position (0 = the first layer the next forward pass needs;
+  a lower number goes first). Partitions wait in a priority queue as backward produces them.
+* At most `credit_bytes` are in flight (one partition always may be); when credit frees, the
+  highest-priority queued partition goes, so one that became ready later overtakes the queue.
+* Nothing waits at the end of backward: each parameter is updated (its own SGD step) as soon as
+  its last partition's average arrives, and a forward pre-hook makes each layer wait only for
+  its own parameters, so communication also overlaps the next forward pass.
+
+On PS each worker schedules on its own, as ByteScheduler does over BytePS. An all-reduce needs
+every rank to issue the same collectives in the same order, which a timing-driven queue cannot
+promise; so, as Horovod's coordinator does, rank 0's dispatcher decides and sends each choice to
+the other workers over a separate control group; they launch the same partition once their own
+gradient is ready.
+"""
+from __future__ import annotations
+
+import heapq
+import threading
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from .base import GradSync
+from .grouped import broadcast_parameters
+
+STOP = -1
+
+
+@dataclass(frozen=True)
+class Partition:
+    pid: int      # dense, in forward order: also the queue order
+    param: int    # index in forward order = priority
+    start: int
+    end: int
+
+    @property
+    def numel(self) -> int:
+        return self.end - self.start
+
+
+class ByteScheduler(GradSync):
+    owns_update = True  # parameters are updated as their communication completes
+
+    def __init__(self, cfg, ctx, transport):
+        super().__init__(cfg, ctx)
+        self.transport = transport
+        self.partition_bytes = int(cfg.partition_bytes)
+        self.credit_bytes = int(cfg.credit_bytes)
+        self.agree_order = cfg.architecture == "a2a" and ctx.world > 1
+        self.error: BaseException | None = None
+
+    # -- set-up ----------------------------------------------------------------------------
+    def setup(self, model) -> None:
+        self.named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]  # forward order
+        broadcast_parameters([p for _, p in self.named], self.ctx)
+        self.parts: list[Partition] = []
+        self.parts_of: list[list[int]] = []
+        for i, (_, p) in enumerate(self.named):
+            per = max(1, self.partition_bytes // p.element_size())
+            ids = []
+            for start in range(0, p.numel(), per):
+                ids.append(len(self.parts))
+                self.parts.append(Partition(len(self.parts), i, start, min(p.numel(), start + per)))
+            self.parts_of.append(ids)
+        self.transport.prepare([part.numel for part in self.parts])
+        opt = self.ctx.extra["optimizer"]
+        self.opts = [torch.optim.SGD([p], lr=opt.lr, momentum=opt.momentum) for _, p in self.named]
+        self.updated = [threading.Event() for _ in self.named]
+        for e in self.updated:
+            e.set()
+        self.left = [0] * len(self.named)
+        self.views: dict[int, torch.Tensor] = {}
+        self.ready = [threading.Event() for _ in self.parts]
+        self.ready_us = [0.0] * len(self.parts)
+        self.iter_of = [0] * len(self.parts)
+        self.heap: list[int] = []
+        self.in_flight = 0
+        self.outstanding = 0
+        self.cond = threading.Condition()
+        self.stopping = False
+        for i, (_, p) in enumerate(self.named):
+            p.register_post_accumulate_grad_hook(self._grad_ready(i))
+        index = {id(p): i for i, (_, p) in enumerate(self.named)}
+        for module in model.modules():
+            mine = [index[id(p)] for p in module.parameters(recurse=False) if id(p) in index]
+            if mine:
+                module.register_forward_pre_hook(self._wait_for(mine))
+        self.control = dist.new_group(list(range(self.ctx.world))) if self.agree_order else None
+        self.thread = threading.Thread(target=self._guarded, daemon=True, name="bytescheduler")
+        self.thread.start()
+
+    # -- backward side: queue partitions ----------------------------------------------------
+    def _grad_ready(self, i: int):
+        def hook(p: torch.Tensor) -> None:
+            self.updated[i].clear()
+            self.left[i] = len(self.parts_of[i])
+            flat = p.grad.view(-1)
+            now = self.ctx.tracer.now_us()
+            with self.cond:
+                for pid in self.parts_of[i]:
+                    part = self.parts[pid]
+                    self.views[pid] = flat[part.start:part.end]
+                    self.ready_us[pid], self.iter_of[pid] = now, self.iteration
+                    heapq.heappush(self.heap, pid)
+                    self.outstanding += 1
+                    self.ready[pid].set()
+                self.cond.notify_all()
+
+        return hook
+
+    def _wait_for(self, params: list[int]):
+        def pre_hook(module, args) -> None:
+            for i in params:
+                self._wait(self.updated[i])
+
+        return pre_hook
+
+    def _wait(self, event: threading.Event) -> None:
+        timeout = self.ctx.extra.get("comm_timeout_s", 30)
+        if not event.wait(timeout) or self.error is not None:
+            raise RuntimeError(f"ByteScheduler: communication did not complete within {timeout} s "
+                               f"({len(self.heap)} partitions queued, {self.in_flight} bytes in flight, "
+                               f"{self.outstanding} outstanding): {self.error or 'a peer or server is dead or hung'}")
+
+    # -- the dispatcher ----------------------------------------------------------------------
+    def _guarded(self) -> None:
+        try:
+            self._follow() if self.agree_order and self.ctx.rank != 0 else self._lead()
+        except BaseException as exc:  # wake every waiter: the run fails instead of hanging
+            self.error = exc
+            for e in self.updated:
+                e.set()
+            with self.cond:
+                self.cond.notify_all()
+
+    def _lead(self) -> None:
+        """Pick the highest-priority queued partition whenever the credit allows one more."""
+        while True:
+            with self.cond:
+                while True:
+                    if self.heap and (self.in_flight == 0 or
+                                      self.in_flight + self._bytes(self.heap[0]) <= self.credit_bytes):
+                        break
+                    if self.stopping and not self.heap:
+                        self._tell_followers(STOP)
+                        return
+                    self.cond.wait()
+                pid = heapq.heappop(self.heap)
+                self.in_flight += self._bytes(pid)
+                queued = len(self.heap)
+                chosen_us = self.ctx.tracer.now_us()
+            self._tell_followers(pid)
+            self._launch(pid, queued, chosen_us)
+
+    def _follow(self) -> None:
+        """Launch what rank 0 chose, in its order, once the partition is ready here."""
+        choice = torch.empty(1, dtype=torch.int64)
+        while True:
+            dist.recv(choice, src=0, group=self.control)
+            pid = int(choice[0])
+            if pid == STOP:
+                return
+            self._wait(self.ready[pid])
+            with self.cond:
+                self.heap.remove(pid)
+                heapq.heapify(self.heap)
+                self.in_flight += self._bytes(pid)
+                queued = len(self.heap)
+                chosen_us = self.ctx.tracer.now_us()
+            self._launch(pid, queued, chosen_us)
+
+    def _tell_followers(self, pid: int) -> None:
+        if self.agree_order:
+            msg = torch.tensor([pid], dtype=torch.int64)
+            for r in range(1, self.ctx.world):
+                dist.send(msg, dst=r, group=self.control)
+
+    def _launch(self, pid: int, queued: int, chosen_us: float) -> None:
+        part = self.parts[pid]
+        self.ready[pid].clear()
+        extra = {"priority": part.param, "partition": pid, "queued": queued,
+                 "ready_us": round(self.ready_us[pid], 3), "chosen_us": round(chosen_us, 3)}
+        kwargs = {"on_done": lambda: self._landed(pid)}
+        if self.cfg.architecture == "ps":
+            kwargs["on_pushed"] = lambda: self._release(pid)  # BytePS acknowledges a push on receipt
+        else:
+            kwargs["on_done"] = lambda: (self._release(pid), self._landed(pid))
+        self.transport.reduce_async(self.views[pid], iteration=self.iter_of[pid], tensors=[self.named[part.param][0]],
+                                    group=pid, extra_args=extra, **kwargs)
+
+    def _bytes(self, pid: int) -> int:
+        part = self.parts[pid]
+        return part.numel * self.named[part.param][1].element_size()
+
+    # -- completion: credit back; update the parameter once its last partition is averaged ------
+    def _release(self, pid: int) -> None:
+        """Credit comes back when a partition stops being in flight: its all-reduce finished, or
+        (PS) the server holds its push. Waiting for the pull instead would deadlock: the server
+        answers only once every worker pushed, and each worker schedules on its own."""
+        with self.cond:
+            self.in_flight -= self._bytes(pid)
+            self.cond.notify_all()
+
+    def _landed(self, pid: int) -> None:
+        part = self.parts[pid]
+        with self.cond:
+            self.left[part.param] -= 1
+            last = self.left[part.param] == 0
+        if last:
+            p = self.named[part.param][1]
+            with torch.no_grad():
+                self.opts[part.param].step()
+            p.grad = None
+            self.updated[part.param].set()
+        with self.cond:
+            self.outstanding -= 1
+            self.cond.notify_all()
+
+    # -- the driver's calls ----------------------------------------------------------------
+    def synchronize(self) -> None:
+        pass  # nothing waits at the end of backward; see `flush`
+
+    def before_backward(self) -> None:
+        for e in self.updated:  # a parameter no forward pre-hook covered (none in our models)
+            self._wait(e)
+
+    def flush(self) -> None:
+        """Wait until every queued partition is sent, averaged and applied."""
+        with self.cond:
+            while self.outstanding and self.error is None:
+                self.cond.wait(timeout=1.0)
+        for e in self.updated:
+            self._wait(e)
+
+    def close(self) -> None:
+        self.flush()
+        with self.cond:
+            self.stopping = True
+            self.cond.notify_all()
+        self.thread.join(timeout=self.ctx.extra.get("comm_timeout_s", 30))
+        super().close()
+
+    def describe(self) -> dict:
+        return {"groups": None, "partition_bytes": self.partition_bytes, "credit_bytes": self.credit_bytes,
+                "partitions_per_iter": len(self.parts), "order_agreed_by_rank0": self.agree_order}
