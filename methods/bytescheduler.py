@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 import threading
+import time
 from dataclasses import dataclass
 
 import torch
@@ -120,8 +121,16 @@ class ByteScheduler(GradSync):
         return pre_hook
 
     def _wait(self, event: threading.Event) -> None:
+        """Wait for `event`; fail as soon as the dispatcher or the transport reports an error
+        (a dead server or peer), and at the latest after `comm_timeout_s`."""
         timeout = self.ctx.extra.get("comm_timeout_s", 30)
-        if not event.wait(timeout) or self.error is not None:
+        deadline = time.monotonic() + timeout
+        while not event.wait(0.2):
+            self.error = self.error or getattr(self.transport, "error", None)
+            if self.error is not None or time.monotonic() > deadline:
+                break
+        self.error = self.error or getattr(self.transport, "error", None)
+        if not event.is_set() or self.error is not None:
             raise RuntimeError(f"ByteScheduler: communication did not complete within {timeout} s "
                                f"({len(self.heap)} partitions queued, {self.in_flight} bytes in flight, "
                                f"{self.outstanding} outstanding): {self.error or 'a peer or server is dead or hung'}")

@@ -29,6 +29,7 @@ class AllReduce:
     def __init__(self, ctx):
         self.ctx = ctx
         self.group = ctx.group
+        self.error: BaseException | None = None
 
     def prepare(self, message_numels: list[int]) -> None:
         pass  # collectives need no plan
@@ -50,6 +51,11 @@ class AllReduce:
                     "group": group, **(extra_args or {})}
 
             def done(fut, t0=t0, args=args):
+                try:
+                    fut.value()
+                except Exception as exc:  # a dead peer: waiters polling `error` fail now
+                    self.error = exc
+                    raise
                 if tracer.enabled:
                     tracer.complete("allreduce", "comm", t0, tracer.now_us(), args, lane="comm")
                 if on_done is not None:

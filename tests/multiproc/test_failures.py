@@ -36,8 +36,8 @@ def test_bad_input_is_one_line_nonzero_and_appends_nothing(tmp_path, args, words
     assert not (tmp_path / "runs.jsonl").exists()
 
 
-def start_long_run(results: Path, *extra: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "ddlbench", "method=wfbp-a2a", "model=tiny-resnet", "workers=2",
+def start_long_run(results: Path, *extra: str, method: str = "wfbp-a2a") -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "ddlbench", f"method={method}", "model=tiny-resnet", "workers=2",
            "profile.warmup_iters=0", "profile.measured_iters=100000", "profile.repeats=1",
            f"results_dir={results}", *extra]
     return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -135,4 +135,25 @@ def test_ctrl_c_stops_every_worker_and_records_the_interruption(tmp_path):
     finish_within(proc, 30)
     rec = records(tmp_path)[-1]
     assert rec["status"] == "failed" and "interrupted" in rec["error"]
+    assert no_worker_left(tmp_path)
+
+
+@pytest.mark.parametrize("how", ["killed", "hung"])
+def test_a_dead_or_hung_server_ends_the_job_within_60_s(tmp_path, how):
+    proc = start_long_run(tmp_path, method="bytescheduler-ps")
+    worker_pid(tmp_path, 0)  # the workers iterate, so the server serves
+    server = int(next(tmp_path.glob("runs/*/pid-rank2")).read_text())  # rank 2: the server
+    os.kill(server, signal.SIGKILL if how == "killed" else signal.SIGSTOP)
+    try:
+        elapsed = finish_within(proc, 60)
+    finally:
+        try:
+            os.kill(server, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    rec = records(tmp_path)[-1]
+    assert rec["status"] == "failed" and rec["servers"] == 1
+    if how == "killed":
+        assert "2 (server 0) died" in rec["error"]
+    assert elapsed < 60
     assert no_worker_left(tmp_path)

@@ -22,6 +22,11 @@ def test_the_study_profile_uses_the_models_batch_and_protocol():
     assert cfg.local_batch == 16
 
 
+def test_ps_methods_default_to_one_server_per_machine_and_a2a_to_none():
+    assert config.resolve(config._compose(["method=bsp-ps"])).servers == 1
+    assert config.resolve(config._compose(["method=bytescheduler-a2a"])).servers == 0
+
+
 def test_a_torchvision_name_becomes_the_torchvision_model():
     assert preflight(["model=vgg11"]) == ["model=torchvision", "model.arch=vgg11"]
 
@@ -39,6 +44,12 @@ def test_a_torchvision_name_becomes_the_torchvision_model():
         ("backend=nccl", ["nccl", "device=cuda"]),
         ("profile.repeats=0", ["profile.repeats=0", ">= 1"]),
         ("method=mg-wfbp method.alpha_s=-1", ["alpha_s=-1", ">= 0"]),
+        ("method=bsp-ps servers=0", ["servers=0", "parameter-server method needs servers"]),
+        ("method=wfbp-a2a servers=2", ["servers=2", "accepted: 0"]),
+        ("method=wfbp-ps method.partition_bytes=0", ["partition_bytes=0", ">= 1"]),
+        ("method=bytescheduler-a2a method.partition_bytes=-5", ["partition_bytes=-5", ">= 1"]),
+        ("method=bytescheduler-ps method.credit_bytes=1000", ["credit_bytes=1000", "smaller than one partition"]),
+        ("method=bsp-ps workers=8 servers=1", ["workers=8 + servers=1", "<= 8"]),
     ],
 )
 def test_bad_values_are_one_line_errors(override, words):
