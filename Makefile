@@ -17,7 +17,7 @@ ITERS    ?=
 REPEATS  ?=
 OVERRIDES ?=
 
-ALL_METHODS := bsp-a2a,wfbp-a2a,mg-wfbp,ddp
+ALL_METHODS := bsp-ps,bsp-a2a,wfbp-ps,wfbp-a2a,mg-wfbp,bytescheduler-ps,bytescheduler-a2a,ddp
 methods  := $(if $(filter all,$(METHOD)),$(ALL_METHODS),$(METHOD))
 run_args := model=$(MODEL) profile=$(PROFILE) results_dir=$(RESULTS) \
 	$(if $(WARMUP),profile.warmup_iters=$(WARMUP)) $(if $(ITERS),profile.measured_iters=$(ITERS)) \
@@ -54,9 +54,10 @@ summary: install
 figures: install
 	$(PY) -m ddlbench.analysis.report $(RESULTS)
 
-# Each method against DDP on tiny-resnet and resnet50, 2 workers, interleaved; prints ratios.
+# Side-by-side ratios, measured in one invocation each (see benchmarks/).
 bench: install
-	$(PY) benchmarks/methods_vs_ddp.py $(if $(RESULTS),--results $(RESULTS)/bench)
+	$(PY) benchmarks/methods_vs_ddp.py --results $(RESULTS)/bench
+	$(PY) benchmarks/ps_vs_a2a.py --results $(RESULTS)/bench
 
 clean:
 	rm -rf $(VENV) .pytest_cache
