@@ -18,6 +18,14 @@ With C operations per sample per iteration and D parameters:
 where M is the global batch and f(N) the traffic factor of the communication scheme (D*f(N)
 parameters moved per iteration).
 
+Bandwidth of one collective (nccl-tests' definitions, GB = 1e9 bytes). A message of S bytes
+that takes t seconds has algorithm bandwidth algbw = S / t. Bus bandwidth scales it by the
+traffic each rank's link carries relative to S, so that it is comparable to link speed:
+    all-reduce over n ranks:          busbw = algbw * 2 (n - 1) / n
+    all-gather, reduce-scatter:       busbw = algbw * (n - 1) / n
+    broadcast, reduce:                busbw = algbw
+    push + pull to servers (BytePS):  busbw = algbw * 2   (each worker sends S and receives S)
+
 Speedup with no overlap of computation and communication, t_s the single-worker computation
 time of the global batch and t_m the communication time per iteration:
     speedup = t_s / (t_s / N + t_m)
@@ -50,6 +58,26 @@ def throughput_over_repeats(global_batch: int, iter_times_s_per_repeat: Sequence
     per_repeat = [samples_per_sec(global_batch, sum(ts) / len(ts)) for ts in iter_times_s_per_repeat]
     mean, std = mean_std(per_repeat)
     return mean, std, per_repeat
+
+
+BUS_FACTORS = {
+    "all_reduce": lambda n: 2 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    "push_pull": lambda n: 2.0,
+}
+
+
+def algbw_GBps(nbytes: int, time_s: float) -> float:
+    return nbytes / time_s / 1e9
+
+
+def busbw_GBps(collective: str, nbytes: int, time_s: float, ranks: int) -> float:
+    if collective not in BUS_FACTORS:
+        raise ValueError(f"unknown collective {collective!r}; accepted: {', '.join(BUS_FACTORS)}")
+    return algbw_GBps(nbytes, time_s) * BUS_FACTORS[collective](ranks)
 
 
 def speedup(samples_per_sec_n: float, samples_per_sec_1: float) -> float:

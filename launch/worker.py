@@ -80,6 +80,8 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> None:
         tracer = Tracer(rank) if cfg.trace else NullTracer()
         result, fp = None, None
         if is_server:
+            if cfg.method.get("transport", "zmq") == "zmq":
+                from ddlbench.methods import ps_zmq as ps
             server_stats = ps.serve(rank, W, tracer, cfg.comm_timeout_s)
             model = None
         else:

@@ -36,6 +36,10 @@ def make_transport(method_cfg, ctx):
         from .transport import AllReduce
 
         return AllReduce(ctx)
-    from .ps import PushPull
-
+    if method_cfg.get("transport", "zmq") == "zmq":
+        from .ps_zmq import ZmqPushPull as PushPull
+    else:
+        from .ps import PushPull
     return PushPull(ctx, ctx.extra["workers"], ctx.extra["servers"], int(method_cfg.partition_bytes))
+
+PS_TRANSPORTS = ("zmq", "gloo")

@@ -178,6 +178,7 @@ def test_ddp_buckets_carry_every_gradient_and_the_record_holds_its_final_buckets
 def test_ps_traffic_goes_through_server_processes(runs, method):
     rec = runs[("tiny-resnet", method)]
     assert rec["servers"] == 1 and len(rec["trace"]) == 3  # two workers, one server
+    assert rec["server_stats"][0]["transport"] == "zmq"
     limit = rec["config"]["method"]["partition_bytes"]
     server_events = load_trace(rec["trace"][2])
     kinds = {e["name"] for e in server_events}
@@ -258,3 +259,16 @@ def test_bytescheduler_overlaps_communication_with_the_next_forward_pass(runs, m
     overlapped = [i for i in sorted(its)[:-1]
                   if its[i + 1]["forward"][0]["ts"] < max(c["ts"] + c["dur"] for c in its[i]["comm"])]
     assert overlapped, "no iteration's communication ran into the next forward pass"
+
+
+@pytest.mark.parametrize("method", ["wfbp-ps", "bytescheduler-ps"])
+def test_the_gloo_ps_transport_is_lossless_too(tmp_path, method):
+    """ZeroMQ is the default PS transport; the Gloo point-to-point alternative stays correct."""
+    extra = BYTESCHEDULER if method.startswith("bytescheduler") else []
+    ddlbench(f"method={method}", "method.transport=gloo", "model=tiny-resnet", "workers=2", *PROTOCOL, *extra,
+             results=tmp_path, check=True)
+    rec = records(tmp_path)[-1]
+    assert rec["config"]["method"]["transport"] == "gloo" and rec["server_stats"][0].get("transport") is None
+    got = torch.load(Path(rec["run_dir"]) / "params.pt")
+    for name, ref in reference_parameters(Path(rec["run_dir"])).items():
+        torch.testing.assert_close(got[name], ref, rtol=1e-5, atol=1e-6)

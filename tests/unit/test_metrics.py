@@ -19,6 +19,17 @@ def test_throughput_over_repeats_uses_sample_std():
     assert metrics.mean_std([3.0]) == (3.0, 0.0)
 
 
+def test_bandwidth_formulas_follow_nccl_tests():
+    assert metrics.algbw_GBps(2_000_000_000, 2.0) == 1.0
+    assert metrics.busbw_GBps("all_reduce", 2_000_000_000, 2.0, 4) == 1.5
+    assert metrics.busbw_GBps("all_gather", 2_000_000_000, 2.0, 4) == 0.75
+    assert metrics.busbw_GBps("reduce_scatter", 2_000_000_000, 2.0, 2) == 0.5
+    assert metrics.busbw_GBps("broadcast", 1_000_000_000, 1.0, 8) == 1.0
+    assert metrics.busbw_GBps("push_pull", 1_000_000_000, 1.0, 2) == 2.0
+    with pytest.raises(ValueError, match="accepted"):
+        metrics.busbw_GBps("alltoall", 1, 1.0, 2)
+
+
 def test_speedup_efficiency_and_the_studys_formulas():
     assert metrics.speedup(7126.52, 253.1) == pytest.approx(28.157, rel=1e-4)
     assert metrics.scaling_efficiency(28.0, 32) == 0.875

@@ -1,0 +1,197 @@
+"""Parameter-server methods against BSP-A2A, and the PS transport against all-reduce.
+
+1. Interleaved rounds of BSP-A2A and each PS method (2 workers, 1 server) on tiny-resnet and
+   resnet50; prints each PS method's median iteration time divided by BSP-A2A's.
+2. Bus bandwidth of one message of 1 MB to 100 MB, 2 workers (+1 server), in one torchrun job:
+   Gloo all-reduce; push/pull through ddlbench's PS engine (Gloo point-to-point); and the same
+   push/pull protocol over ZeroMQ (what BytePS's ps-lite uses), when pyzmq is installed, which
+   is how the engine's transport was chosen. Formulas: ddlbench.metrics.
+
+    python benchmarks/ps_vs_a2a.py [--models tiny-resnet,resnet50] [--rounds 3] [--skip-methods]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SIZES = [1 << 20, 4 << 20, 16 << 20, 64 << 20, 100 << 20]
+PS_METHODS = ("bsp-ps", "wfbp-ps", "bytescheduler-ps")
+REPS = 5
+
+
+def methods(args) -> None:
+    from ddlbench.analysis.records import load
+
+    results = Path(args.results) / time.strftime("ps-%Y%m%dT%H%M%S")
+    order = ("bsp-a2a",) + PS_METHODS
+    for model in args.models.split(","):
+        for rnd in range(args.rounds):
+            for method in order:
+                print(f"[bench] round {rnd + 1}/{args.rounds} {model} {method}", flush=True)
+                subprocess.run([sys.executable, "-m", "ddlbench", f"method={method}", f"model={model}", "workers=2",
+                                "profile.warmup_iters=2", f"profile.measured_iters={args.iters}", "profile.repeats=1",
+                                f"results_dir={results}"], check=True, stdout=subprocess.DEVNULL)
+    recs = [r for r in load([results / "runs.jsonl"]).records if r["status"] == "ok"]
+    print(f"\nmedian iteration time / BSP-A2A's: 2 workers (+1 server for PS), {args.rounds} interleaved rounds")
+    print(f"| model | {' | '.join(order)} |\n|---|{'---|' * len(order)}")
+    for model in args.models.split(","):
+        med = {m: statistics.median(t for r in recs if r["model"] == model and r["method"] == m for t in r["iter_times_s"])
+               for m in order}
+        print(f"| {model} | " + " | ".join(f"{med[m] / med['bsp-a2a']:.2f} ({med[m] * 1e3:.1f} ms)" for m in order) + " |")
+
+
+def bandwidth_job() -> None:
+    """Runs under torchrun with 3 processes: ranks 0, 1 are workers, rank 2 the server."""
+    import torch
+    import torch.distributed as dist
+
+    from ddlbench import metrics
+    from ddlbench.methods import Context
+    from ddlbench.methods.ps import PushPull, serve
+    from ddlbench.trace import NullTracer
+
+    dist.init_process_group("gloo")
+    rank, W = dist.get_rank(), 2
+    workers = dist.new_group([0, 1])
+    torch.set_num_threads(1)
+    rows = []
+    if rank < W:  # 1. all-reduce among the workers
+        for size in SIZES:
+            t = torch.ones(size // 4)
+            times = []
+            for rep in range(REPS + 1):
+                dist.barrier(group=workers)
+                t0 = time.perf_counter()
+                dist.all_reduce(t, group=workers)
+                if rep:
+                    times.append(time.perf_counter() - t0)
+            rows.append(("gloo all-reduce", size, statistics.median(times)))
+    # 2. push/pull through the PS engine
+    if rank < W:
+        ctx = Context(rank=rank, world=W, device=torch.device("cpu"), tracer=NullTracer(), group=workers,
+                      extra={"comm_timeout_s": 60})
+        pp = PushPull(ctx, W, 1, 4_096_000)
+        pp.prepare([s // 4 for s in SIZES])
+        for m, size in enumerate(SIZES):
+            t = torch.ones(size // 4)
+            times = []
+            for rep in range(REPS + 1):
+                dist.barrier(group=workers)
+                t0 = time.perf_counter()
+                pp.reduce_async(t, iteration=rep, tensors=["x"], group=m).wait()
+                if rep:
+                    times.append(time.perf_counter() - t0)
+            rows.append(("push/pull, Gloo p2p (ddlbench)", size, statistics.median(times)))
+        pp.close()
+    else:
+        serve(rank, W, NullTracer(), 60)
+    # 3. the same protocol over ZeroMQ
+    try:
+        import zmq  # noqa: F401
+
+        rows += zmq_pushpull(rank, W, workers)
+    except ImportError:
+        if rank == 0:
+            print("pyzmq not installed: ZeroMQ push/pull not measured (pip install pyzmq)")
+    if rank == 0:
+        print("\n| transport | " + " | ".join(f"{s >> 20} MB" for s in SIZES) + " |\n|---|" + "---|" * len(SIZES))
+        for name in dict.fromkeys(r[0] for r in rows):
+            coll = "all_reduce" if "all-reduce" in name else "push_pull"
+            cells = [f"{metrics.busbw_GBps(coll, s, t, W):.2f}" for n, s, t in rows if n == name]
+            print(f"| {name} busbw GB/s | " + " | ".join(cells) + " |")
+    dist.barrier()
+    os._exit(0)
+
+
+def zmq_pushpull(rank: int, W: int, workers) -> list:
+    """BytePS's protocol over ZeroMQ ROUTER/DEALER on loopback: partitions of 4,096,000 bytes,
+    the server sums W pushes per partition and answers each worker's pull."""
+    import numpy as np
+    import torch.distributed as dist
+    import zmq
+
+    per = 4_096_000
+    zctx = zmq.Context()
+    port = [None]
+    if rank == W:
+        sock = zctx.socket(zmq.ROUTER)
+        port[0] = sock.bind_to_random_port("tcp://127.0.0.1")
+    dist.broadcast_object_list(port, src=W)
+    rows = []
+    if rank == W:
+        acc, count, who = {}, {}, {}
+        done = 0
+        while done < W:
+            ident, key, payload = sock.recv_multipart(copy=False)
+            if key.bytes == b"stop":
+                done += 1
+                continue
+            k = key.bytes
+            arr = np.frombuffer(payload.buffer, dtype=np.float32)
+            if count.get(k, 0) == 0:
+                acc[k], who[k] = arr.copy(), []
+            else:
+                acc[k] += arr
+            count[k] = count.get(k, 0) + 1
+            who[k].append(ident.bytes)
+            if count[k] == W:
+                for ident_w in who[k]:
+                    sock.send_multipart([ident_w, k, acc[k]], copy=False)
+                count[k] = 0
+    else:
+        sock = zctx.socket(zmq.DEALER)
+        sock.connect(f"tcp://127.0.0.1:{port[0]}")
+        for size in SIZES:
+            buf = np.ones(size // 4, dtype=np.float32)
+            times = []
+            for rep in range(REPS + 1):
+                dist.barrier(group=workers)
+                t0 = time.perf_counter()
+                keys = []
+                for start in range(0, buf.nbytes, per):
+                    key = f"{size}:{start}".encode()
+                    keys.append(key)
+                    sock.send_multipart([key, memoryview(buf)[start // 4:(start + per) // 4]], copy=False)
+                for _ in keys:  # the average lands in the worker's buffer, as in the engine
+                    key, summed = sock.recv_multipart(copy=False)
+                    start = int(key.bytes.split(b":")[1]) // 4
+                    part = np.frombuffer(summed.buffer, dtype=np.float32)
+                    np.divide(part, W, out=buf[start:start + part.size])
+                if rep:
+                    times.append(time.perf_counter() - t0)
+            rows.append(("push/pull, ZeroMQ (measured alternative)", size, statistics.median(times)))
+        sock.send_multipart([b"stop", b""])
+    sock.close(linger=1000)
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="tiny-resnet,resnet50")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=6)
+    ap.add_argument("--results", default="results/bench")
+    ap.add_argument("--skip-methods", action="store_true")
+    ap.add_argument("--bandwidth-job", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.bandwidth_job:
+        bandwidth_job()
+        return 0
+    t0 = time.monotonic()
+    if not args.skip_methods:
+        methods(args)
+    print("\nbus bandwidth of one message, 2 workers (+1 server), loopback, median of 5")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=3",
+                    __file__, "--bandwidth-job"], check=True, env=env, stderr=subprocess.DEVNULL)
+    print(f"(wall {time.monotonic() - t0:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
