@@ -23,14 +23,14 @@ run_args := model=$(MODEL) profile=$(PROFILE) results_dir=$(RESULTS) \
 	$(if $(WARMUP),profile.warmup_iters=$(WARMUP)) $(if $(ITERS),profile.measured_iters=$(ITERS)) \
 	$(if $(REPEATS),profile.repeats=$(REPEATS)) $(OVERRIDES)
 
-.PHONY: install test reproduce bench summary figures clean
+.PHONY: install test reproduce bench summary figures commbench clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
 	$(PY) -c "import torch; print('torch==' + torch.__version__.split('+')[0])" > $(VENV)/constraints.txt
-	$(PY) -m pip install -q -c $(VENV)/constraints.txt -e ".[test]"
+	$(PY) -m pip install -q -c $(VENV)/constraints.txt -e ".[test,mpi]"
 	touch $@
 
 install: $(VENV)/.installed
@@ -58,6 +58,17 @@ figures: install
 bench: install
 	$(PY) benchmarks/methods_vs_ddp.py --results $(RESULTS)/bench
 	$(PY) benchmarks/ps_vs_a2a.py --results $(RESULTS)/bench
+
+# Communication backends: collectives x sizes x dtypes x backends x 2..N workers (seeds 000-003).
+CB_WORKERS  := $(if $(filter command line,$(origin WORKERS)),$(WORKERS),3)
+BACKENDS    ?= auto
+COLLECTIVES ?= all_reduce
+DTYPES      ?= fp32,fp16
+MAX_BYTES   ?= 256MiB
+CB_MODE     ?= sizes,groups,fusion
+commbench: install
+	$(PY) -m ddlbench.commbench --workers $(CB_WORKERS) --backends $(BACKENDS) --collectives $(COLLECTIVES) \
+		--dtypes $(DTYPES) --max-bytes $(MAX_BYTES) $(if $(ITERS),--iters $(ITERS)) --mode $(CB_MODE) --results $(RESULTS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

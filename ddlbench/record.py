@@ -28,10 +28,11 @@ FIELDS = (
 )
 
 
-def append(path: Path, record: dict) -> None:
+def append(path: Path, *records: dict) -> None:
+    """Append the records as one step: all of them land, or none."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = (json.dumps(record, default=str) + "\n").encode()
+    line = "".join(json.dumps(r, default=str) + "\n" for r in records).encode()
     with open(f"{path}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         old = path.read_bytes() if path.exists() else b""

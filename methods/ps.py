@@ -130,11 +130,7 @@ class PushPull:
                     work.wait()
                 h.pushed()
         except BaseException as exc:
-            self.error = exc
-            with self._lock:
-                for h in self._pending.values():
-                    h.event.set()
-                    h.acked.set()
+            self.fail(exc)
 
     # -- pull ------------------------------------------------------------------------------
     def _receive_from(self, s: int) -> None:
@@ -152,11 +148,15 @@ class PushPull:
                     h = self._pending.pop(key)
                 h.arrived(buf)
         except BaseException as exc:  # a dead server: fail every waiter instead of hanging
-            self.error = exc
-            with self._lock:
-                for h in self._pending.values():
-                    h.event.set()
-                    h.acked.set()
+            self.fail(exc)
+
+    def fail(self, exc: BaseException) -> None:
+        """A dead server or peer: record why and wake every waiter, so the run fails now."""
+        self.error = exc
+        with self._lock:
+            for h in self._pending.values():
+                h.event.set()
+                h.acked.set()
 
     def close(self) -> None:
         """Tell every server this worker is done; the servers answer with STOP headers."""
@@ -237,14 +237,19 @@ def announce_plan(parts, ctx, dtype) -> None:
     dist.broadcast_object_list(obj, src=0)
 
 
-# -- the server process ---------------------------------------------------------------------
-def serve(rank: int, workers: int, tracer, timeout_s: float) -> dict:
-    """Run one server until every worker has said STOP; returns counts for the record."""
+def receive_plan(rank: int, workers: int) -> tuple[int, dict[int, int], torch.dtype]:
+    """A server's side of `announce_plan`: (server index, {key: numel} it owns, dtype)."""
     obj = [None, None]
     dist.broadcast_object_list(obj, src=0)
     keys, dtype = obj[0], getattr(torch, obj[1])
     me = rank - workers
-    mine = {k: n for k, n, s in keys if s == me}
+    return me, {k: n for k, n, s in keys if s == me}, dtype
+
+
+# -- the server process ---------------------------------------------------------------------
+def serve(rank: int, workers: int, tracer, timeout_s: float) -> dict:
+    """Run one server until every worker has said STOP; returns counts for the record."""
+    me, mine, dtype = receive_plan(rank, workers)
     acc = {k: torch.zeros(n, dtype=dtype) for k, n in mine.items()}
     count = {k: 0 for k in mine}
     key_locks = {k: threading.Lock() for k in mine}

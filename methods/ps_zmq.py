@@ -23,7 +23,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .ps import PushPull, _PartHandle, announce_plan
+from .ps import PushPull, _PartHandle, announce_plan, receive_plan
 
 PUSH, ACK, PULL, STOP = 0, 1, 2, 3
 
@@ -138,11 +138,7 @@ class ZmqPushPull(PushPull):
             for d in dealers:
                 d.close(linger=0)
         except BaseException as exc:  # a dead server: fail every waiter instead of hanging
-            self.error = exc
-            with self._lock:
-                for h in self._pending.values():
-                    h.event.set()
-                    h.acked.set()
+            self.fail(exc)
 
     def close(self) -> None:
         for s in range(self.S):
@@ -156,11 +152,7 @@ def serve(rank: int, workers: int, tracer, timeout_s: float) -> dict:
     """One ZeroMQ server: sum every worker's push of a key, then answer all their pulls."""
     import zmq
 
-    obj = [None, None]
-    dist.broadcast_object_list(obj, src=0)
-    keys, dtype = obj[0], getattr(torch, obj[1])
-    me = rank - workers
-    mine = {k: n for k, n, s in keys if s == me}
+    me, mine, dtype = receive_plan(rank, workers)
     zctx = zmq.Context.instance()
     router = zctx.socket(zmq.ROUTER)
     router.setsockopt(zmq.LINGER, 1000)

@@ -77,6 +77,13 @@ def finish_within(proc: subprocess.Popen, seconds: float) -> float:
     return time.monotonic() - t0
 
 
+def kill_quietly(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def no_worker_left(results: Path, wait_s: float = 3.0) -> bool:
     """True once no worker process is running (an unreaped zombie counts as gone)."""
     pids = [int(f.read_text()) for f in results.glob("runs/*/pid-rank*")]
@@ -117,10 +124,7 @@ def test_a_hung_worker_ends_the_job_within_60_s(tmp_path):
     try:
         elapsed = finish_within(proc, 60)
     finally:
-        try:
-            os.kill(hung, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        kill_quietly(hung)
     recs = records(tmp_path)
     assert json.dumps(recs[0]) == earlier and recs[-1]["status"] == "failed"
     assert "rank 0" in recs[-1]["error"], recs[-1]["error"]  # rank 0's collective timed out
@@ -147,10 +151,7 @@ def test_a_dead_or_hung_server_ends_the_job_within_60_s(tmp_path, how):
     try:
         elapsed = finish_within(proc, 60)
     finally:
-        try:
-            os.kill(server, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        kill_quietly(server)
     rec = records(tmp_path)[-1]
     assert rec["status"] == "failed" and rec["servers"] == 1
     if how == "killed":

@@ -1,0 +1,3 @@
+from ddlbench.commbench.cli import main
+
+raise SystemExit(main())

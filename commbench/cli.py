@@ -1,0 +1,170 @@
+"""`python -m ddlbench.commbench` (`make commbench`): measure, append records, print the table,
+draw the plots and recommend a backend per size range. --help lists the options."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ddlbench import record
+from ddlbench.commbench.backends import BACKENDS, mpiexec, why_unavailable
+from ddlbench.commbench.collectives import COLLECTIVES, DTYPES
+
+DEVICES = ("cpu", "cuda")
+MODES = ("sizes", "groups", "fusion")
+
+
+class BadInput(ValueError):
+    pass
+
+
+def _list(text: str, accepted, what: str) -> list[str]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    for t in items:
+        if t not in accepted:
+            raise BadInput(f"unknown {what} {t!r}; accepted: {', '.join(accepted)}")
+    if not items:
+        raise BadInput(f"no {what} given; accepted: {', '.join(accepted)}")
+    return items
+
+
+def _bytes(text: str, what: str) -> int:
+    units = {"": 1, "k": 1 << 10, "ki": 1 << 10, "m": 1 << 20, "mi": 1 << 20, "g": 1 << 30, "gi": 1 << 30}
+    t = text.strip().lower().removesuffix("b")
+    num = t.rstrip("kmgi")
+    try:
+        value = int(float(num) * units[t[len(num):]])
+    except (ValueError, KeyError):
+        raise BadInput(f"{what}={text!r} is not a size; accepted: bytes like 4, 64K, 256MiB") from None
+    if value <= 0:
+        raise BadInput(f"{what}={text!r} is invalid; accepted: a size > 0")
+    return value
+
+
+def parse(argv) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m ddlbench.commbench", description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", default="3", help="N: measure 2..N workers, or a comma list (default 3)")
+    ap.add_argument("--backends", default="auto", help=f"comma list of {', '.join(BACKENDS)}; auto = every available")
+    ap.add_argument("--collectives", default="all_reduce", help=f"comma list of {', '.join(COLLECTIVES)}")
+    ap.add_argument("--dtypes", default="fp32,fp16", help=f"comma list of {', '.join(DTYPES)}")
+    ap.add_argument("--devices", default="cpu", help="cpu, cuda or both")
+    ap.add_argument("--min-bytes", default="4")
+    ap.add_argument("--max-bytes", default="256MiB")
+    ap.add_argument("--factor", type=int, default=4, help="size step: 2 or 4")
+    ap.add_argument("--iters", type=int, default=100, help="timed iterations per size (at least 1)")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--mode", default="sizes", help=f"comma list of {', '.join(MODES)}")
+    ap.add_argument("--group-bytes", default="400", help="groups mode: bytes per all-reduce (seed 002: 10x10 fp32)")
+    ap.add_argument("--fusion-models", default="resnet50,bert-base")
+    ap.add_argument("--fusion-iters", type=int, default=10)
+    ap.add_argument("--results", default="results")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds one job may take")
+    a = ap.parse_args(argv)
+    a.collectives = _list(a.collectives, tuple(COLLECTIVES), "collective")
+    a.dtypes = _list(a.dtypes, tuple(DTYPES), "dtype")
+    a.devices = _list(a.devices, DEVICES, "device")
+    a.modes = _list(a.mode, MODES, "mode")
+    a.min_bytes, a.max_bytes = _bytes(a.min_bytes, "min-bytes"), _bytes(a.max_bytes, "max-bytes")
+    a.group_bytes = _bytes(a.group_bytes, "group-bytes")
+    if a.min_bytes > a.max_bytes:
+        raise BadInput(f"min-bytes={a.min_bytes} is above max-bytes={a.max_bytes}; accepted: min <= max")
+    if a.factor not in (2, 4):
+        raise BadInput(f"factor={a.factor} is invalid; accepted: 2, 4")
+    if a.iters < 1 or a.warmup < 0:
+        raise BadInput(f"iters={a.iters}, warmup={a.warmup} are invalid; accepted: iters >= 1, warmup >= 0")
+    try:
+        counts = [int(w) for w in a.workers.split(",")]
+    except ValueError:
+        raise BadInput(f"workers={a.workers!r} is invalid; accepted: N >= 2 or a comma list") from None
+    a.workers = list(range(2, counts[0] + 1)) if len(counts) == 1 else counts
+    if not a.workers or min(a.workers) < 2:
+        raise BadInput(f"workers={counts} is invalid; accepted: N >= 2 (collectives need two workers)")
+    a.backends = resolve_backends(a)
+    return a
+
+
+def resolve_backends(a) -> list[tuple[str, str, str | None]]:
+    """[(backend, device, fallback_from)]: what runs. A requested backend this machine lacks is
+    said in one line and replaced by Gloo (recorded); NCCL without GPUs is an error."""
+    requested = list(BACKENDS) if a.backends == "auto" else _list(a.backends, BACKENDS, "backend")
+    out = []
+    for device in a.devices:
+        if device == "cuda" and why_unavailable("nccl", "cuda") and "NCCL needs" in why_unavailable("nccl", "cuda"):
+            raise BadInput("devices=cuda but no CUDA GPU is visible; accepted here: cpu")
+        for b in requested:
+            if device == "cpu" and b == "nccl":
+                if a.backends == "auto":
+                    continue
+                raise BadInput("backend 'nccl' needs CUDA GPUs and none is visible; accepted here: gloo, mpi4py")
+            if device == "cuda" and b in ("mpi4py", "horovod"):
+                continue
+            reason = why_unavailable(b, device)
+            if reason is None:
+                out.append((b, device, None))
+            elif a.backends != "auto":
+                print(f"commbench: {b} unavailable ({reason}); falling back to gloo", file=sys.stderr)
+                out.append(("gloo", device, b))
+    seen, unique = set(), []
+    for item in out:
+        if item[:2] not in seen:
+            seen.add(item[:2])
+            unique.append(item)
+    return unique
+
+
+def launch(backend: str, device: str, workers: int, spec: dict, timeout: float) -> list[dict]:
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = {**spec, "backend": backend, "device": device, "out": f"{tmp}/rows.jsonl",
+                "torch_backend": backend}
+        Path(f"{tmp}/spec.json").write_text(json.dumps(spec))
+        env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        if backend == "mpi4py":
+            cmd = [mpiexec(), "-n", str(workers), sys.executable, "-m", "ddlbench.commbench.worker", f"{tmp}/spec.json"]
+        else:
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={workers}",
+                   "--max-restarts=0", "-m", "ddlbench.commbench.worker", f"{tmp}/spec.json"]
+        proc = subprocess.run(cmd, env=env, timeout=timeout, stdout=subprocess.DEVNULL,
+                              stderr=None if sys.stderr.isatty() else subprocess.DEVNULL)
+        rows = [json.loads(line) for line in Path(spec["out"]).read_text().splitlines()] if Path(spec["out"]).exists() else []
+        if proc.returncode != 0 and not rows:
+            rows = [{"error": f"{backend} x{workers} job exited with {proc.returncode}"}]
+        return rows
+
+
+def main(argv=None) -> int:
+    try:
+        a = parse(sys.argv[1:] if argv is None else argv)
+    except BadInput as exc:
+        print(f"commbench: error: {exc}", file=sys.stderr)
+        return 2
+    out_path = Path(a.results) / "commbench.jsonl"
+    base = {"started_at": record.now_iso(), "versions": record.versions(), "git_commit": record.git_commit(),
+            "env": record.env_knobs()}
+    spec = {"collectives": a.collectives, "dtypes": a.dtypes, "min_bytes": a.min_bytes, "max_bytes": a.max_bytes,
+            "factor": a.factor, "iters": a.iters, "warmup": a.warmup, "group_bytes": a.group_bytes,
+            "fusion_models": a.fusion_models.split(","), "fusion_iters": a.fusion_iters, "fusion_warmup": 2}
+    t0 = time.monotonic()
+    new = []
+    for mode in a.modes:
+        # seed 002 pairs ranks: even worker counts, 2 and 4 at least
+        counts = list(range(2, max(4, max(a.workers)) + 1, 2)) if mode == "groups" else a.workers
+        for backend, device, fallback_from in a.backends:
+            if mode != "sizes" and backend == "mpi4py":
+                continue  # the seeds' experiments are about torch.distributed process groups
+            for w in counts:
+                print(f"[commbench] {mode}: {backend} on {device}, {w} workers", flush=True)
+                rows = launch(backend, device, w, {**spec, "mode": mode}, a.timeout)
+                rows = [{**base, "backend": backend, "fallback_from": fallback_from, "mode": mode, **r} for r in rows]
+                record.append(out_path, *rows)
+                new += rows
+    from ddlbench.commbench import report
+
+    print(report.render(new))
+    print(report.plots(new, Path(a.results) / "commbench"))
+    print(f"\n{len(new)} records appended to {out_path} in {time.monotonic() - t0:.0f} s")
+    return 1 if any("error" in r for r in new) else 0

@@ -1,0 +1,107 @@
+"""The seeds' two experiments, beside the size sweep.
+
+groups (seed 002): ranks (0,1), (2,3), ... each get a process group of their own and all pairs
+all-reduce concurrently; the job runs at 2, 4, ... workers, so the time per call is reported
+against the number of groups. On a machine with fewer cores than processes the growth is CPU
+contention, not the network: the record says how many cores there were.
+
+fusion (seed 003): a model's gradients (shapes from the model built on the meta device)
+all-reduced three ways: one call per tensor (all launched, then all waited), fused into one
+flat buffer (copies in and out included), and DDP-style 25 MiB buckets.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+
+from ddlbench.commbench.worker import summarize
+
+
+def groups(be, spec, emit) -> None:
+    dist = be.dist
+    n_groups = be.n // 2
+    mine = None
+    for g in range(n_groups):  # every rank creates every group, in the same order
+        pg = dist.new_group([2 * g, 2 * g + 1])
+        if be.rank in (2 * g, 2 * g + 1):
+            mine = pg
+    for nbytes in (spec["group_bytes"],):
+        x = torch.randn(max(1, nbytes // 4), device=be.device)
+        times = []
+        be.barrier()
+        for i in range(spec["warmup"] + spec["iters"]):
+            t0 = time.perf_counter()
+            if mine is not None:
+                dist.all_reduce(x, group=mine)
+            be.sync()
+            if i >= spec["warmup"]:
+                times.append(time.perf_counter() - t0)
+        times = be.slowest(times)
+        emit({"mode": "groups", "collective": "all_reduce", "dtype": "fp32", "device": spec["device"],
+              "workers": be.n, "groups": n_groups, "cores": os.cpu_count(), "wrong": 0,
+              **summarize(times, x.numel() * 4, "all_reduce", 2)})
+
+
+def gradient_numels(model_name: str) -> list[int]:
+    from omegaconf import OmegaConf
+
+    from ddlbench import models
+    from ddlbench.config import conf_dir
+
+    cfg = OmegaConf.load(conf_dir() / "model" / f"{model_name}.yaml")
+    with torch.device("meta"):
+        w = models.build(cfg, 1, seed=0)
+    return [p.numel() for p in w.model.parameters() if p.requires_grad][::-1]  # gradient-ready order
+
+
+def _buckets(numels: list[int], cap_elems: int) -> list[list[int]]:
+    out, cur, size = [], [], 0
+    for i, n in enumerate(numels):
+        if cur and size + n > cap_elems:
+            out.append(cur)
+            cur, size = [], 0
+        cur.append(i)
+        size += n
+    return out + ([cur] if cur else [])
+
+
+def fusion(be, spec, emit) -> None:
+    dist = be.dist
+    for model in spec["fusion_models"]:
+        numels = gradient_numels(model)
+        grads = [torch.ones(n, device=be.device) for n in numels]
+        total = sum(numels)
+        strategies = {
+            "per_tensor": [[i] for i in range(len(numels))],
+            "fused": [list(range(len(numels)))],
+            "buckets_25MiB": _buckets(numels, 25 * 2**20 // 4),
+        }
+        for name, groups_ in strategies.items():
+            buffers = [torch.empty(sum(numels[i] for i in g), device=be.device) if len(g) > 1 else None for g in groups_]
+            times = []
+            for it in range(spec["fusion_warmup"] + spec["fusion_iters"]):
+                be.barrier()
+                t0 = time.perf_counter()
+                works = []
+                for g, buf in zip(groups_, buffers):
+                    if buf is None:
+                        works.append(dist.all_reduce(grads[g[0]], async_op=True))
+                    else:
+                        torch.cat([grads[i] for i in g], out=buf)
+                        works.append(dist.all_reduce(buf, async_op=True))
+                for g, buf, w in zip(groups_, buffers, works):
+                    w.wait()
+                    if buf is not None:  # copy the averages back into the gradients
+                        offset = 0
+                        for i in g:
+                            grads[i].copy_(buf[offset:offset + numels[i]])
+                            offset += numels[i]
+                be.sync()
+                if it >= spec["fusion_warmup"]:
+                    times.append(time.perf_counter() - t0)
+            times = be.slowest(times)
+            emit({"mode": "fusion", "model": model, "strategy": name, "messages": len(groups_), "tensors": len(numels),
+                  "collective": "all_reduce", "dtype": "fp32", "device": spec["device"], "workers": be.n, "wrong": 0,
+                  **summarize(times, total * 4, "all_reduce", be.n)})

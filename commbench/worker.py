@@ -1,0 +1,172 @@
+"""One commbench job, run by every rank: under torchrun (torch.distributed backends) or mpiexec
+(mpi4py). Reads a JSON spec, writes one JSON line per measurement from rank 0.
+
+Per (collective, dtype, device, size): `warmup` untimed calls, then `iters` calls each timed on
+its own (the op and its wait; device synchronised on GPU); a call's time is the slowest rank's.
+Then fresh buffers, one more call, and `wrong` counts the elements that differ from the exact
+expected result, summed over ranks.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+from ddlbench import metrics
+from ddlbench.commbench.collectives import COLLECTIVES, DTYPES, result_of
+
+
+def sizes(spec) -> list[int]:
+    out, s = [], spec["min_bytes"]
+    while s <= spec["max_bytes"]:
+        out.append(s)
+        s *= spec["factor"]
+    return out
+
+
+def summarize(times_s: list[float], nbytes: int, collective: str, n: int) -> dict:
+    mean = sum(times_s) / len(times_s)
+    return {
+        "bytes": nbytes, "iters": len(times_s),
+        "time_us": mean * 1e6, "time_us_min": min(times_s) * 1e6, "time_us_max": max(times_s) * 1e6,
+        "time_us_p50": statistics.median(times_s) * 1e6,
+        "algbw_GBps": metrics.algbw_GBps(nbytes, mean), "busbw_GBps": metrics.busbw_GBps(collective, nbytes, mean, n),
+    }
+
+
+class Torch:
+    """torch.distributed: gloo, nccl, mpi, ucc."""
+
+    def __init__(self, spec):
+        import torch.distributed as dist
+
+        self.dist = dist
+        self.rank, self.n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        local = int(os.environ.get("LOCAL_RANK", 0))
+        if spec["device"] == "cuda":
+            torch.cuda.set_device(local)
+        self.device = torch.device("cuda", local) if spec["device"] == "cuda" else torch.device("cpu")
+        dist.init_process_group(spec["torch_backend"])
+
+    def sync(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def run(self, coll, inp, out, group=None):
+        work = coll.torch_op(self.dist, inp, out, group)
+        if work is not None:
+            work.wait()
+
+    def slowest(self, times: list[float]) -> list[float]:
+        t = torch.tensor(times, dtype=torch.float64, device=self.device)
+        self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX)
+        return t.cpu().tolist()
+
+    def total(self, count: int) -> int:
+        t = torch.tensor([count], dtype=torch.int64, device=self.device)
+        self.dist.all_reduce(t)
+        return int(t.item())
+
+    def barrier(self):
+        self.dist.barrier()
+
+    def close(self):
+        self.dist.barrier()
+        self.dist.destroy_process_group()
+
+
+class Mpi4py:
+    def __init__(self, spec):
+        from mpi4py import MPI
+
+        self.MPI = MPI
+        self.comm = MPI.COMM_WORLD
+        self.rank, self.n = self.comm.rank, self.comm.size
+        self.device = torch.device("cpu")
+
+    def sync(self):
+        pass
+
+    def run(self, coll, inp, out, group=None):
+        coll.mpi_op(self.comm, inp.numpy(), out.numpy())
+
+    def slowest(self, times):
+        return [self.comm.allreduce(t, op=self.MPI.MAX) for t in times]
+
+    def total(self, count):
+        return self.comm.allreduce(count, op=self.MPI.SUM)
+
+    def barrier(self):
+        self.comm.Barrier()
+
+    def close(self):
+        self.comm.Barrier()
+
+
+def measure(be, coll, dtype, nbytes: int, spec) -> dict:
+    numel = max(1, nbytes // torch.tensor([], dtype=dtype).element_size())
+    inp, out, _ = coll.setup(numel, be.n, be.rank, dtype, be.device)
+    for _ in range(spec["warmup"]):
+        be.run(coll, inp, out)
+    be.sync()
+    be.barrier()
+    times = []
+    for _ in range(spec["iters"]):
+        t0 = time.perf_counter()
+        be.run(coll, inp, out)
+        be.sync()
+        times.append(time.perf_counter() - t0)
+    times = be.slowest(times)
+    inp, out, expected = coll.setup(numel, be.n, be.rank, dtype, be.device)
+    be.run(coll, inp, out)
+    be.sync()
+    wrong = 0 if expected is None else int((result_of(coll, inp, out) != expected).sum().item())
+    real_bytes = numel * inp.element_size() if coll.name != "all_gather" else out.numel() * out.element_size()
+    return {**summarize(times, real_bytes, coll.name, be.n), "wrong": be.total(wrong)}
+
+
+def sweep(be, spec, emit) -> None:
+    for cname in spec["collectives"]:
+        coll = COLLECTIVES[cname]
+        for dname in spec["dtypes"]:
+            for nbytes in sizes(spec):
+                base = {"collective": cname, "dtype": dname, "device": spec["device"], "workers": be.n}
+                try:
+                    emit({**base, **measure(be, coll, DTYPES[dname], nbytes, spec)})
+                except (RuntimeError, ValueError, TypeError, NotImplementedError) as exc:
+                    # the backend lacks this collective or dtype: say so once, go on
+                    emit({**base, "unsupported": " ".join(str(exc).split())[:200]})
+                    break
+
+
+def main(spec_path: str) -> None:
+    spec = json.load(open(spec_path))
+    be = Mpi4py(spec) if spec["backend"] == "mpi4py" else Torch(spec)
+    torch.set_num_threads(1)
+    lines = []
+
+    def emit(row):
+        if be.rank == 0:
+            lines.append(json.dumps(row))
+            sys.stderr.write(f"[commbench {spec['backend']} x{be.n}] {row['collective']} {row['dtype']} "
+                             f"{row.get('bytes', '-')} B: {row.get('time_us', float('nan')):.1f} us"
+                             f"{'  UNSUPPORTED: ' + row['unsupported'] if 'unsupported' in row else ''}\n")
+
+    from ddlbench.commbench import modes
+
+    {"sizes": sweep, "groups": modes.groups, "fusion": modes.fusion}[spec["mode"]](be, spec, emit)
+    if be.rank == 0:
+        with open(spec["out"], "w") as f:
+            f.write("\n".join(lines) + ("\n" if lines else ""))
+    be.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # see launch/worker.py: skip torch's C++ teardown
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

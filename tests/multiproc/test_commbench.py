@@ -1,0 +1,65 @@
+"""commbench for real: every collective correct on 2 and 3 workers on every available backend,
+the fallback recorded, and the seeds' two experiments producing their numbers."""
+import json
+import subprocess
+import sys
+
+import pytest
+from helpers import REPO
+
+from ddlbench.commbench.backends import why_unavailable
+from ddlbench.commbench.collectives import COLLECTIVES
+
+pytestmark = pytest.mark.multiproc
+
+
+def commbench(tmp_path, *args):
+    proc = subprocess.run([sys.executable, "-m", "ddlbench.commbench", "--results", str(tmp_path), *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    rows = [json.loads(line) for line in (tmp_path / "commbench.jsonl").read_text().splitlines()] \
+        if (tmp_path / "commbench.jsonl").exists() else []
+    return proc, rows
+
+
+@pytest.mark.parametrize("backend", ["gloo", "mpi4py"])
+def test_every_collective_is_correct_on_2_and_3_workers(tmp_path, backend):
+    reason = why_unavailable(backend, "cpu")
+    if reason:
+        pytest.skip(reason)
+    proc, rows = commbench(tmp_path, "--backends", backend, "--workers", "3", "--collectives", ",".join(COLLECTIVES),
+                           "--dtypes", "fp32,fp16", "--max-bytes", "64KiB", "--iters", "3", "--warmup", "1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    measured = {(r["collective"], r["dtype"], r["workers"]) for r in rows if "bytes" in r}
+    assert measured == {(c, d, w) for c in COLLECTIVES for d in ("fp32", "fp16") for w in (2, 3)}
+    for r in rows:
+        assert r["backend"] == backend and "unsupported" not in r and "error" not in r
+        assert r["wrong"] == 0 and r["time_us_min"] <= r["time_us_p50"] <= r["time_us_max"]
+        assert r["iters"] == 3 and r["busbw_GBps"] > 0
+    assert {r["bytes"] for r in rows if r["collective"] == "all_reduce" and r["dtype"] == "fp32"} == \
+        {4 * 4**k for k in range(8)}  # 4 B .. 64 KiB in powers of 4
+    assert (tmp_path / "commbench-busbw_GBps.png").stat().st_size > 5000
+
+
+def test_an_unavailable_backend_falls_back_and_the_record_says_so(tmp_path):
+    proc, rows = commbench(tmp_path, "--backends", "ucc", "--workers", "2", "--max-bytes", "16", "--iters", "2")
+    assert proc.returncode == 0
+    assert "ucc unavailable" in proc.stderr and "falling back to gloo" in proc.stderr
+    assert rows and all(r["backend"] == "gloo" and r["fallback_from"] == "ucc" for r in rows)
+
+
+def test_bad_input_exits_2_with_one_line(tmp_path):
+    proc, rows = commbench(tmp_path, "--dtypes", "fp64")
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "'fp64'" in proc.stderr
+    assert rows == []
+
+
+def test_the_seeds_experiments_groups_and_fusion(tmp_path):
+    proc, rows = commbench(tmp_path, "--backends", "gloo", "--workers", "4", "--mode", "groups,fusion",
+                           "--iters", "20", "--fusion-models", "tiny-resnet", "--fusion-iters", "2")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    groups = sorted((r["groups"], r["workers"]) for r in rows if r["mode"] == "groups")
+    assert groups == [(1, 2), (2, 4)]  # seed 002: 1 and 2 pairs, each its own group
+    fusion = {(r["strategy"], r["workers"]): r for r in rows if r["mode"] == "fusion"}
+    assert {s for s, _ in fusion} == {"per_tensor", "fused", "buckets_25MiB"}
+    assert fusion[("per_tensor", 2)]["messages"] == 29 and fusion[("fused", 2)]["messages"] == 1
+    assert "seed 003" in proc.stdout and "seed 002" in proc.stdout

@@ -1,0 +1,55 @@
+"""commbench's input checks, recommendation and table, without starting processes."""
+import pytest
+
+from ddlbench.commbench import report
+from ddlbench.commbench.cli import BadInput, parse
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--backends", "carrier-pigeon"], ["'carrier-pigeon'", "gloo", "mpi4py"]),
+        (["--dtypes", "fp8"], ["'fp8'", "fp32, fp16, bf16"]),
+        (["--collectives", "alltoall"], ["'alltoall'", "all_reduce"]),
+        (["--max-bytes", "0"], ["max-bytes='0'", "> 0"]),
+        (["--min-bytes", "-4"], ["min-bytes='-4'"]),
+        (["--max-bytes", "lots"], ["'lots'", "256MiB"]),
+        (["--backends", "nccl"], ["nccl", "CUDA"]),
+        (["--devices", "cuda"], ["cuda", "no CUDA GPU"]),
+        (["--workers", "1"], ["workers", "N >= 2"]),
+    ],
+)
+def test_bad_input_is_a_clear_error(args, words):
+    import torch
+
+    if torch.cuda.is_available() and ("nccl" in args or "cuda" in args):
+        pytest.skip("GPUs are visible here: NCCL and cuda are valid")
+    with pytest.raises(BadInput) as err:
+        parse(args)
+    for w in words:
+        assert w in str(err.value)
+
+
+def test_sizes_and_worker_counts_parse():
+    a = parse(["--workers", "4", "--max-bytes", "1MiB", "--min-bytes", "1K", "--backends", "gloo"])
+    assert a.workers == [2, 3, 4] and a.min_bytes == 1024 and a.max_bytes == 1 << 20
+    assert a.backends == [("gloo", "cpu", None)]
+
+
+def test_an_unavailable_backend_falls_back_to_gloo_and_says_so(capsys):
+    a = parse(["--backends", "ucc"])  # this torch has no UCC
+    assert a.backends == [("gloo", "cpu", "ucc")]
+    assert "ucc unavailable" in capsys.readouterr().err
+
+
+def row(backend, nbytes, t, wrong=0, workers=2):
+    return dict(backend=backend, collective="all_reduce", dtype="fp32", device="cpu", workers=workers, bytes=nbytes,
+                time_us=t, time_us_p50=t, algbw_GBps=1.0, busbw_GBps=1.0, wrong=wrong, mode="sizes")
+
+
+def test_recommendation_merges_sizes_and_never_picks_a_wrong_answer():
+    rows = [row("gloo", 4, 10), row("mpi4py", 4, 5), row("gloo", 16, 11), row("mpi4py", 16, 6),
+            row("gloo", 64, 20), row("mpi4py", 64, 30), row("gloo", 256, 40), row("mpi4py", 256, 1, wrong=3)]
+    assert report.recommend(rows) == {"all_reduce fp32 cpu x2": "mpi4py for 4 B..16 B; gloo for 64 B..256 B"}
+    text = report.render(rows)
+    assert "| mpi4py  | 256" in text and "all_reduce, fp32, cpu, 2 workers" in text
