@@ -58,13 +58,14 @@ figures: install
 bench: install
 	$(PY) benchmarks/methods_vs_ddp.py --results $(RESULTS)/bench
 	$(PY) benchmarks/ps_vs_a2a.py --results $(RESULTS)/bench
+	$(PY) benchmarks/commbench_overhead.py
 
 # Communication backends: collectives x sizes x dtypes x backends x 2..N workers (seeds 000-003).
 CB_WORKERS  := $(if $(filter command line,$(origin WORKERS)),$(WORKERS),3)
 BACKENDS    ?= auto
 COLLECTIVES ?= all_reduce
 DTYPES      ?= fp32,fp16
-MAX_BYTES   ?= 256MiB
+MAX_BYTES   ?= 64MiB
 CB_MODE     ?= sizes,groups,fusion
 commbench: install
 	$(PY) -m ddlbench.commbench --workers $(CB_WORKERS) --backends $(BACKENDS) --collectives $(COLLECTIVES) \
