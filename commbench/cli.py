@@ -58,7 +58,7 @@ def parse(argv) -> argparse.Namespace:
     ap.add_argument("--factor", type=int, default=4, help="size step: 2 or 4")
     ap.add_argument("--iters", type=int, default=100, help="timed iterations per size (at least 1)")
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--mode", default="sizes", help=f"comma list of {', '.join(MODES)}")
+    ap.add_argument("--mode", default="sizes,groups,fusion", help=f"comma list of {', '.join(MODES)}")
     ap.add_argument("--group-bytes", default="400", help="groups mode: bytes per all-reduce (seed 002: 10x10 fp32)")
     ap.add_argument("--fusion-models", default="resnet50,bert-base")
     ap.add_argument("--fusion-iters", type=int, default=10)

@@ -2,7 +2,9 @@
 (mpi4py). Reads a JSON spec, writes one JSON line per measurement from rank 0.
 
 Per (collective, dtype, device, size): `warmup` untimed calls, then `iters` calls each timed on
-its own (the op and its wait; device synchronised on GPU); a call's time is the slowest rank's.
+its own (the op and its wait; device synchronised on GPU). As in nccl-tests, the reported time
+is the slowest rank's mean; min, max and p50 are that rank's. (The mean of per-call maxima
+would be biased upward by noise on every call.)
 Then fresh buffers, one more call, and `wrong` counts the elements that differ from the exact
 expected result, summed over ranks.
 """
@@ -62,9 +64,10 @@ class Torch:
             work.wait()
 
     def slowest(self, times: list[float]) -> list[float]:
-        t = torch.tensor(times, dtype=torch.float64, device=self.device)
-        self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX)
-        return t.cpu().tolist()
+        """The per-call times of the rank whose mean is the largest."""
+        everyone = [None] * self.n
+        self.dist.all_gather_object(everyone, times)
+        return max(everyone, key=lambda ts: sum(ts) / len(ts))
 
     def total(self, count: int) -> int:
         t = torch.tensor([count], dtype=torch.int64, device=self.device)
@@ -95,7 +98,7 @@ class Mpi4py:
         coll.mpi_op(self.comm, inp.numpy(), out.numpy())
 
     def slowest(self, times):
-        return [self.comm.allreduce(t, op=self.MPI.MAX) for t in times]
+        return max(self.comm.allgather(times), key=lambda ts: sum(ts) / len(ts))
 
     def total(self, count):
         return self.comm.allreduce(count, op=self.MPI.SUM)
