@@ -27,7 +27,8 @@ def test_every_collective_is_correct_on_2_and_3_workers(tmp_path, backend):
     if reason:
         pytest.skip(reason)
     proc, rows = commbench(tmp_path, "--backends", backend, "--workers", "3", "--collectives", ",".join(COLLECTIVES),
-                           "--dtypes", "fp32,fp16", "--max-bytes", "64KiB", "--iters", "3", "--warmup", "1")
+                           "--dtypes", "fp32,fp16", "--max-bytes", "64KiB", "--iters", "3", "--warmup", "1",
+                           "--mode", "sizes")
     assert proc.returncode == 0, proc.stderr[-2000:]
     measured = {(r["collective"], r["dtype"], r["workers"]) for r in rows if "bytes" in r}
     assert measured == {(c, d, w) for c in COLLECTIVES for d in ("fp32", "fp16") for w in (2, 3)}
@@ -41,7 +42,8 @@ def test_every_collective_is_correct_on_2_and_3_workers(tmp_path, backend):
 
 
 def test_an_unavailable_backend_falls_back_and_the_record_says_so(tmp_path):
-    proc, rows = commbench(tmp_path, "--backends", "ucc", "--workers", "2", "--max-bytes", "16", "--iters", "2")
+    proc, rows = commbench(tmp_path, "--backends", "ucc", "--workers", "2", "--max-bytes", "16", "--iters", "2",
+                           "--mode", "sizes")
     assert proc.returncode == 0
     assert "ucc unavailable" in proc.stderr and "falling back to gloo" in proc.stderr
     assert rows and all(r["backend"] == "gloo" and r["fallback_from"] == "ucc" for r in rows)
