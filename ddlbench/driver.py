@@ -56,7 +56,6 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
         "samples_per_sec_std": std,
         "samples_per_sec_per_repeat": per_repeat_sps,
         "iterations_total": iteration,
-        "model_ref": model,
     }
 
 

@@ -15,9 +15,6 @@ from omegaconf import OmegaConf
 from ddlbench import record
 from ddlbench.config import threads_per_worker
 
-LAUNCHERS = ("local",)
-
-
 def run(cfg) -> dict:
     results = Path(cfg.results_dir)
     runs_file = results / "runs.jsonl"

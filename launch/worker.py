@@ -106,7 +106,7 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> None:
             if cfg.save_params:
                 torch.save({n: p.detach().cpu() for n, p in model.named_parameters()}, run_dir / "params.pt")
             write_json(run_dir / "result.json", {
-                **{k: v for k, v in result.items() if k != "model_ref"},
+                **result,
                 **sync.describe(),
                 "param_fingerprint": fp,
                 "params_consistent": all(_close(f, fp) for f in fps),
