@@ -17,6 +17,7 @@ import time
 import torch
 
 from ddlbench.commbench.worker import summarize
+from ddlbench.methods.grouped import fuse_by_threshold
 
 
 def groups(be, spec, emit) -> None:
@@ -56,17 +57,6 @@ def gradient_numels(model_name: str) -> list[int]:
     return [p.numel() for p in w.model.parameters() if p.requires_grad][::-1]  # gradient-ready order
 
 
-def _buckets(numels: list[int], cap_elems: int) -> list[list[int]]:
-    out, cur, size = [], [], 0
-    for i, n in enumerate(numels):
-        if cur and size + n > cap_elems:
-            out.append(cur)
-            cur, size = [], 0
-        cur.append(i)
-        size += n
-    return out + ([cur] if cur else [])
-
-
 def fusion(be, spec, emit) -> None:
     dist = be.dist
     for model in spec["fusion_models"]:
@@ -76,7 +66,7 @@ def fusion(be, spec, emit) -> None:
         strategies = {
             "per_tensor": [[i] for i in range(len(numels))],
             "fused": [list(range(len(numels)))],
-            "buckets_25MiB": _buckets(numels, 25 * 2**20 // 4),
+            "buckets_25MiB": fuse_by_threshold([4 * n for n in numels], 25 * 2**20),  # DDP's default cap
         }
         for name, groups_ in strategies.items():
             buffers = [torch.empty(sum(numels[i] for i in g), device=be.device) if len(g) > 1 else None for g in groups_]
