@@ -94,7 +94,7 @@ def resolve_backends(a) -> list[tuple[str, str, str | None]]:
     requested = list(BACKENDS) if a.backends == "auto" else _list(a.backends, BACKENDS, "backend")
     out = []
     for device in a.devices:
-        if device == "cuda" and why_unavailable("nccl", "cuda") and "NCCL needs" in why_unavailable("nccl", "cuda"):
+        if device == "cuda" and "NCCL needs" in (why_unavailable("nccl", "cuda") or ""):
             raise BadInput("devices=cuda but no CUDA GPU is visible; accepted here: cpu")
         for b in requested:
             if device == "cpu" and b == "nccl":

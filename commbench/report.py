@@ -52,8 +52,6 @@ def recommend(rows: list[dict]) -> dict[str, str]:
             best[key][r["bytes"]] = (r["backend"], r["time_us"])
     out = {}
     for key, by_size in best.items():
-        if len({b for b, _ in by_size.values()}) < 1:
-            continue
         runs = []
         for size in sorted(by_size):
             b = by_size[size][0]

@@ -170,10 +170,10 @@ def _check_method(cfg) -> None:
     if "partition_bytes" in m:
         _int(cfg, "method.partition_bytes", 1)
     if m.architecture == "ps":
-        from ddlbench.methods import PS_TRANSPORTS
+        from ddlbench.methods import PS_ENGINES
 
-        if m.get("transport", "zmq") not in PS_TRANSPORTS:
-            raise _bad("method.transport", m.transport, PS_TRANSPORTS)
+        if m.get("transport", "zmq") not in PS_ENGINES:
+            raise _bad("method.transport", m.transport, PS_ENGINES)
     if "credit_bytes" in m and m.credit_bytes < m.partition_bytes:
         raise ConfigError(f"method.credit_bytes={m.credit_bytes} is smaller than one partition "
                           f"(method.partition_bytes={m.partition_bytes}); accepted: >= {m.partition_bytes}")

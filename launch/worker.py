@@ -60,7 +60,6 @@ def main(run_dir: str) -> None:
 def run(run_dir: Path, rank: int, world: int, local_rank: int) -> None:
     """Ranks 0..W-1 are workers; ranks W..W+S-1 are parameter servers (PS methods only)."""
     from ddlbench import driver, methods, models
-    from ddlbench.methods import ps
     from ddlbench.trace import NullTracer, Tracer
 
     cfg = OmegaConf.load(run_dir / "config.yaml")
@@ -80,9 +79,7 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> None:
         tracer = Tracer(rank) if cfg.trace else NullTracer()
         result, fp = None, None
         if is_server:
-            if cfg.method.get("transport", "zmq") == "zmq":
-                from ddlbench.methods import ps_zmq as ps
-            server_stats = ps.serve(rank, W, tracer, cfg.comm_timeout_s)
+            server_stats = methods.ps_engine(cfg.method).serve(rank, W, tracer, cfg.comm_timeout_s)
             model = None
         else:
             workload = models.build(cfg.model, cfg.local_batch, cfg.seed)

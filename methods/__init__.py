@@ -36,10 +36,15 @@ def make_transport(method_cfg, ctx):
         from .transport import AllReduce
 
         return AllReduce(ctx)
-    if method_cfg.get("transport", "zmq") == "zmq":
-        from .ps_zmq import ZmqPushPull as PushPull
-    else:
-        from .ps import PushPull
-    return PushPull(ctx, ctx.extra["workers"], ctx.extra["servers"], int(method_cfg.partition_bytes))
+    return ps_engine(method_cfg).TRANSPORT(ctx, ctx.extra["workers"], ctx.extra["servers"], int(method_cfg.partition_bytes))
 
-PS_TRANSPORTS = ("zmq", "gloo")
+
+# The PS engine's wire: ZeroMQ by default (chosen by measurement), or Gloo point-to-point.
+# Each module has the worker side (TRANSPORT) and the server loop (serve).
+PS_ENGINES = {"zmq": "ddlbench.methods.ps_zmq", "gloo": "ddlbench.methods.ps"}
+
+
+def ps_engine(method_cfg):
+    import importlib
+
+    return importlib.import_module(PS_ENGINES[method_cfg.get("transport", "zmq")])

@@ -59,19 +59,19 @@ class GroupedSync(GradSync):
         for g, members in enumerate(self.groups):
             for i in members:
                 self._group_of[i] = g
-        self._buffers = [self._buffer(members) for members in self.groups]
-        self.transport.prepare([sum(self.named[i][1].numel() for i in m) for m in self.groups])
+        self._numels = [sum(self.named[i][1].numel() for i in m) for m in self.groups]
+        self._buffers = [self._buffer(g) for g in range(len(self.groups))]
+        self.transport.prepare(self._numels)
         self._pending = [len(m) for m in self.groups]
         self._handles: dict[int, object] = {}
         for i, (_, p) in enumerate(self.named):
             p.register_post_accumulate_grad_hook(self._hook(i))
 
-    def _buffer(self, members: list[int]):
-        if len(members) == 1:
+    def _buffer(self, g: int):
+        if len(self.groups[g]) == 1:
             return None  # a single tensor is reduced in place, no copy
-        p0 = self.named[members[0]][1]
-        numel = sum(self.named[i][1].numel() for i in members)
-        return torch.empty(numel, dtype=p0.dtype, device=p0.device)
+        p0 = self.named[self.groups[g][0]][1]
+        return torch.empty(self._numels[g], dtype=p0.dtype, device=p0.device)
 
     def _hook(self, index: int):
         def hook(param: torch.Tensor) -> None:
@@ -119,7 +119,7 @@ class GroupedSync(GradSync):
         self._pending = [len(m) for m in self.groups]
 
     def group_bytes(self) -> list[int]:
-        return [sum(self.named[i][1].numel() * self.named[i][1].element_size() for i in m) for m in self.groups]
+        return [n * self.named[m[0]][1].element_size() for n, m in zip(self._numels, self.groups)]
 
     def describe(self) -> dict:
         return {"groups": self.group_bytes()}

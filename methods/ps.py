@@ -201,7 +201,6 @@ class _PartHandle:
     def wait(self) -> None:
         timeout = self.transport.ctx.extra.get("comm_timeout_s", 30)
         self.acked.wait(timeout)
-        timeout = self.transport.ctx.extra.get("comm_timeout_s", 30)
         if not self.event.wait(timeout) or self.transport.error is not None:
             raise RuntimeError(f"no pull from server {self.part.server} for partition {self.part.key} "
                                f"within {timeout} s: {self.transport.error or 'server dead or hung'}")
@@ -319,3 +318,6 @@ def serve(rank: int, workers: int, tracer, timeout_s: float) -> dict:
         with send_locks[w]:
             dist.send(torch.tensor([STOP, -1], dtype=torch.int64), dst=w, tag=0)
     return stats
+
+
+TRANSPORT = PushPull  # see methods.ps_engine

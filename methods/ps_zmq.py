@@ -207,3 +207,6 @@ def serve(rank: int, workers: int, tracer, timeout_s: float) -> dict:
         router.send_multipart([ident, _header(STOP, -1, -1), b""])
     router.close(linger=1000)
     return stats
+
+
+TRANSPORT = ZmqPushPull  # see methods.ps_engine
