@@ -149,6 +149,7 @@ def resolve(cfg: DictConfig) -> DictConfig:
         if not (isinstance(cfg.comm_timeout_s, (int, float)) and cfg.comm_timeout_s > 0):
             raise ConfigError(f"comm_timeout_s={cfg.comm_timeout_s!r} is invalid; accepted: seconds > 0")
         _check_method(cfg)
+        _check_engine(cfg)
         _check_placement(cfg)
     return cfg
 
@@ -186,6 +187,31 @@ def _check_method(cfg) -> None:
             raise ConfigError(f"method.{key}={m[key]!r} is invalid; accepted: null (fitted) or a number >= 0")
 
 
+def _check_engine(cfg) -> None:
+    from ddlbench.engines import ENGINES, EngineUnavailable, import_horovod
+
+    engine, launcher, m = cfg.engine.name, cfg.launcher.name, cfg.method
+    if engine not in ENGINES:
+        raise _bad("engine", engine, ENGINES)
+    if m.schedule == "horovod" and engine != "horovod":
+        raise ConfigError(f"method=horovod is Horovod's own optimizer; accepted with engine=horovod only (engine={engine})")
+    if launcher == "horovodrun" and engine != "horovod":
+        raise ConfigError(f"launcher=horovodrun starts Horovod jobs; accepted with engine=horovod only (engine={engine})")
+    if engine != "horovod":
+        return
+    if m.architecture != "a2a" or m.schedule == "ddp":
+        accepted = [c for c in choices("method") if c.endswith("-a2a") or c in ("mg-wfbp", "horovod")]
+        raise ConfigError(f"method={m.name} does not run on engine=horovod (the study ran its PS methods on BytePS; "
+                          f"here they run on ddlbench's PS engine with engine=torch); accepted: {', '.join(accepted)}")
+    if launcher == "local":
+        raise ConfigError("engine=horovod is started by horovodrun or mpirun; accepted: launcher=horovodrun, "
+                          "launcher=mpirun or launcher=slurm (not local, which is torchrun)")
+    try:
+        import_horovod()
+    except EngineUnavailable as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def local_capacity(cfg) -> tuple[int, str]:
     """How many workers the local launcher can place on this host, and why."""
     if cfg.device == "cuda":
@@ -199,7 +225,7 @@ def local_capacity(cfg) -> tuple[int, str]:
 
 
 def _check_placement(cfg) -> None:
-    if cfg.launcher.name != "local":
+    if cfg.launcher.name not in ("local", "mpirun", "horovodrun") or cfg.launcher.get("hosts"):
         return
     if cfg.device == "cuda":
         import torch

@@ -22,7 +22,7 @@ from .models import data
 def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
     model = sync.wrap(workload.model)
     sync.setup(workload.model)
-    opt = torch.optim.SGD(model.parameters(), lr=cfg.optimizer.lr, momentum=cfg.optimizer.momentum)
+    opt = sync.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=cfg.optimizer.lr, momentum=cfg.optimizer.momentum))
     p = cfg.profile
     tracer = ctx.tracer
     per_repeat: list[list[float]] = []
@@ -74,7 +74,7 @@ def step(model, workload, sync, opt, batch, iteration: int, tracer) -> None:
         return  # updated parameter by parameter as their communication completes
     with tracer.span("optimizer", "optimizer", args):
         opt.step()
-        opt.zero_grad(set_to_none=True)
+        opt.zero_grad()  # set_to_none by default (Horovod's wrapper takes no arguments)
 
 
 def _slowest_rank(times: list[float], ctx) -> list[float]:

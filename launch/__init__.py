@@ -27,12 +27,35 @@ def run(cfg) -> dict:
     run_dir.mkdir(parents=True)
     OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
     env = dict(os.environ, OMP_NUM_THREADS=str(threads_per_worker(cfg)), PYTHONUNBUFFERED="1")
+    if cfg.engine.name == "horovod":
+        from ddlbench.engines import horovod_env
+
+        env.update(horovod_env(cfg.engine, cfg.method))
     rec["env"] = record.env_knobs(env)
     rec["run_dir"] = str(run_dir)
 
     from . import local
 
-    rc, reason = local.start(cfg, run_dir, env)
+    cmd = command(cfg, run_dir, env)
+    rc, reason = local.start(cfg, run_dir, env, cmd)
+    finish(cfg, rec, run_dir, rc, reason, runs_file)
+    return rec
+
+
+def command(cfg, run_dir: Path, env: dict) -> list[str]:
+    """The command line that starts every rank of the run, by launcher."""
+    import importlib
+
+    module = importlib.import_module(f"{__name__}.{LAUNCHERS[cfg.launcher.name]}")
+    return module.command(cfg, run_dir, env)
+
+
+# launcher name -> module with `command(cfg, run_dir, env)` (slurm submits instead; see slurm.py)
+LAUNCHERS = {"local": "local", "mpirun": "mpirun", "horovodrun": "horovodrun"}
+
+
+def finish(cfg, rec: dict, run_dir: Path, rc: int, reason: str | None, runs_file: Path) -> None:
+    """Turn what the ranks left in `run_dir` into the run record and append it."""
     result_file = run_dir / "result.json"
     if rc == 0 and result_file.exists():
         result = json.loads(result_file.read_text())
@@ -41,7 +64,6 @@ def run(cfg) -> dict:
         rec.update(status="failed", error=reason or "no result was written", hosts=[os.uname().nodename])
     record.append(runs_file, rec)
     _say(rec, runs_file)
-    return rec
 
 
 def base_record(cfg) -> dict:

@@ -24,7 +24,7 @@ POLL_S = 0.2
 SYMPTOMS = ("Connection closed by peer", "Connection reset", "Timed out", "timed out", "no pull from server")
 
 
-def command(cfg, run_dir: Path) -> list[str]:
+def command(cfg, run_dir: Path, env: dict | None = None) -> list[str]:
     return [
         sys.executable, "-m", "torch.distributed.run", "--standalone",
         f"--nproc-per-node={cfg.workers + cfg.servers}", "--max-restarts=0", "--monitor-interval=0.5",
@@ -32,9 +32,10 @@ def command(cfg, run_dir: Path) -> list[str]:
     ]
 
 
-def start(cfg, run_dir: Path, env: dict) -> tuple[int, str | None]:
-    """Run the workers; return (exit code, failure reason or None)."""
-    proc = subprocess.Popen(command(cfg, run_dir), env=env, start_new_session=True)
+def start(cfg, run_dir: Path, env: dict, cmd: list[str] | None = None) -> tuple[int, str | None]:
+    """Run the workers (torchrun, or another launcher's `cmd`) under the watchdog; return
+    (exit code, failure reason or None)."""
+    proc = subprocess.Popen(cmd or command(cfg, run_dir), env=env, start_new_session=True)
     stall_s = float(cfg.launcher.get("stall_timeout_s", 600))
     first_error_at = None
     last_progress = time.monotonic()
@@ -139,4 +140,4 @@ def failure_reason(run_dir: Path, workers: int, rc: int, servers: int = 0) -> st
     if errors:
         e = errors[0]
         parts.append(f"rank {_names([e['rank']], workers)}: {e['type']}: {e['message']}")
-    return "; ".join(parts) or f"torchrun exited with code {rc}"
+    return "; ".join(parts) or f"the launcher exited with code {rc}"

@@ -23,7 +23,8 @@ from omegaconf import OmegaConf
 def rank_env() -> tuple[int, int, int]:
     """(rank, world size, local rank) from torchrun, Slurm or MPI environments."""
     env = os.environ
-    for r, w, lr in (("RANK", "WORLD_SIZE", "LOCAL_RANK"), ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+    for r, w, lr in (("RANK", "WORLD_SIZE", "LOCAL_RANK"), ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK"),
+                     ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
                      ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
                      ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID")):
         if r in env and w in env:
@@ -71,8 +72,14 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> None:
     device = torch.device("cuda", local_rank) if cfg.device == "cuda" and not is_server else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    backend = cfg.backend if S == 0 or cfg.backend == "gloo" else f"cpu:gloo,cuda:{cfg.backend}"
-    dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=cfg.comm_timeout_s))
+    engine = cfg.engine.name
+    if engine == "horovod":  # Horovod's ranks, plus a Gloo group for control messages
+        from ddlbench.engines import init_horovod
+
+        rank, world, local_rank = init_horovod(cfg.comm_timeout_s)
+    else:
+        backend = cfg.backend if S == 0 or cfg.backend == "gloo" else f"cpu:gloo,cuda:{cfg.backend}"
+        dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=cfg.comm_timeout_s))
     try:
         # Workers' collectives run in their own group so servers never take part in them.
         group = dist.new_group(list(range(W))) if S else None
@@ -84,7 +91,8 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> None:
         else:
             workload = models.build(cfg.model, cfg.local_batch, cfg.seed)
             workload.model.to(device)
-            extra = {"workers": W, "servers": S, "comm_timeout_s": cfg.comm_timeout_s, "optimizer": cfg.optimizer}
+            extra = {"workers": W, "servers": S, "comm_timeout_s": cfg.comm_timeout_s, "optimizer": cfg.optimizer,
+                     "engine": engine}
             ctx = methods.Context(rank=rank, world=W, device=device, tracer=tracer, workload=workload,
                                   seed=cfg.seed, group=group, extra=extra)
             sync = methods.build(cfg.method, ctx)

@@ -13,6 +13,7 @@ SCHEDULES = {
     "mgwfbp": "ddlbench.methods.mgwfbp:MGWFBP",
     "ddp": "ddlbench.methods.ddp:DDP",
     "bytescheduler": "ddlbench.methods.bytescheduler:ByteScheduler",
+    "horovod": "ddlbench.methods.horovod:HorovodOptimizer",
 }
 
 
@@ -23,7 +24,7 @@ def build(method_cfg, ctx: Context) -> GradSync:
         raise ValueError(f"unknown schedule {method_cfg.schedule!r}; accepted: {', '.join(SCHEDULES)}")
     module, cls = SCHEDULES[method_cfg.schedule].split(":")
     plugin = getattr(importlib.import_module(module), cls)
-    if method_cfg.schedule == "ddp":
+    if method_cfg.schedule in ("ddp", "horovod"):
         return plugin(method_cfg, ctx)
     return plugin(method_cfg, ctx, make_transport(method_cfg, ctx))
 
@@ -33,9 +34,9 @@ ARCHITECTURES = ("a2a", "ps")
 
 def make_transport(method_cfg, ctx):
     if method_cfg.architecture == "a2a":
-        from .transport import AllReduce
+        from .transport import AllReduce, HorovodAllReduce
 
-        return AllReduce(ctx)
+        return HorovodAllReduce(ctx) if ctx.extra.get("engine") == "horovod" else AllReduce(ctx)
     return ps_engine(method_cfg).TRANSPORT(ctx, ctx.extra["workers"], ctx.extra["servers"], int(method_cfg.partition_bytes))
 
 

@@ -53,6 +53,10 @@ class GradSync(ABC):
     def setup(self, model: nn.Module) -> None:
         """Attach hooks, profile, choose groups. Called once, before the first iteration."""
 
+    def wrap_optimizer(self, opt):
+        """The optimizer the driver steps (Horovod's reference wraps it)."""
+        return opt
+
     def begin_iteration(self, iteration: int) -> None:
         self.iteration = iteration
 

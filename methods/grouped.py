@@ -129,6 +129,12 @@ def broadcast_parameters(params, ctx) -> None:
     """Start every worker from rank 0's parameters (they are seeded alike; this makes sure)."""
     if ctx.world == 1:
         return
+    if ctx.extra.get("engine") == "horovod":
+        from .transport import HorovodAllReduce
+
+        with torch.no_grad():
+            HorovodAllReduce(ctx).broadcast([p.data for p in params])
+        return
     import torch.distributed as dist
 
     with torch.no_grad():

@@ -64,3 +64,110 @@ class AllReduce:
 
             work.get_future().then(done)
         return Handle(work)
+
+    def benchmark(self, t: torch.Tensor) -> None:
+        """One blocking sum, untraced (MG-WFBP's alpha-beta microbenchmark)."""
+        dist.all_reduce(t, group=self.group)
+
+    def broadcast(self, tensors) -> None:
+        for t in tensors:
+            dist.broadcast(t, src=0, group=self.group)
+
+
+class HorovodAllReduce:
+    """The same averaging over Horovod: `allreduce_async_` per message, Horovod's own fusion
+    off (see `engines.horovod_env`). Horovod has no completion callbacks, so when a trace or an
+    `on_done` needs the moment a message lands, one poller thread watches the handles; the
+    trace's end times are then accurate to the poll interval (0.1 ms)."""
+
+    name = "horovod"
+    POLL_S = 1e-4
+
+    def __init__(self, ctx):
+        import threading
+
+        from ddlbench.engines import import_horovod
+
+        self.hvd = import_horovod()
+        self.ctx = ctx
+        self.error: BaseException | None = None
+        self._pending: list = []  # (handle, t0, args, on_done, event)
+        self._cond = threading.Condition()
+        self._thread = None
+        self._stop = False
+
+    def prepare(self, message_numels: list[int]) -> None:
+        pass
+
+    def reduce_async(self, flat: torch.Tensor, *, iteration: int, tensors: list[str], group: int,
+                     extra_args: dict | None = None, on_done=None) -> Handle:
+        import threading
+
+        hvd, tracer = self.hvd, self.ctx.tracer
+        if self.ctx.world == 1:
+            if on_done is not None:
+                on_done()
+            return Handle(None)
+        flat.div_(self.ctx.world)
+        t0 = tracer.now_us() if tracer.enabled else 0.0
+        # One name per message slot: the same name on every rank is how Horovod matches them.
+        handle = hvd.allreduce_async_(flat, name=f"ddlbench.{group}", op=hvd.Sum)
+        if not tracer.enabled and on_done is None:
+            return Handle(None, on_wait=lambda: hvd.synchronize(handle))
+        args = {"iter": iteration, "bytes": flat.numel() * flat.element_size(), "tensors": tensors,
+                "group": group, **(extra_args or {})}
+        landed = threading.Event()
+        with self._cond:
+            self._pending.append((handle, t0, args, on_done, landed))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._poll, daemon=True, name="horovod-poller")
+                self._thread.start()
+            self._cond.notify()
+        return Handle(None, on_wait=lambda: self._wait(landed))
+
+    def _wait(self, landed) -> None:
+        timeout = self.ctx.extra.get("comm_timeout_s", 30)
+        if not landed.wait(timeout) or self.error is not None:
+            raise RuntimeError(f"Horovod all-reduce did not complete within {timeout} s: {self.error or 'peer dead or hung'}")
+
+    def _poll(self) -> None:
+        import time
+
+        hvd, tracer = self.hvd, self.ctx.tracer
+        while True:
+            with self._cond:
+                while not self._pending and not self._stop:
+                    self._cond.wait()
+                if self._stop:
+                    return
+                pending = list(self._pending)
+            done = [p for p in pending if hvd.poll(p[0])]
+            for item in done:
+                handle, t0, args, on_done, landed = item
+                try:
+                    hvd.synchronize(handle)
+                except Exception as exc:  # a dead peer: every waiter fails now
+                    self.error = exc
+                if self.error is None:
+                    if tracer.enabled:
+                        tracer.complete("allreduce", "comm", t0, tracer.now_us(), args, lane="comm")
+                    if on_done is not None:
+                        on_done()
+                landed.set()
+            with self._cond:
+                for item in done:
+                    self._pending.remove(item)
+            if not done:
+                time.sleep(self.POLL_S)
+
+    def benchmark(self, t: torch.Tensor) -> None:
+        self.hvd.allreduce_(t, name="ddlbench.benchmark", op=self.hvd.Sum)
+
+    def broadcast(self, tensors) -> None:
+        for i, t in enumerate(tensors):
+            self.hvd.broadcast_(t, root_rank=0, name=f"ddlbench.broadcast.{i}")
+
+    def close(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify()

@@ -7,6 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
+from omegaconf import OmegaConf
+
+from ddlbench import models
+from ddlbench.models.data import stream_seed
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -26,3 +32,20 @@ def _env() -> dict:
 def records(results: Path) -> list[dict]:
     path = Path(results) / "runs.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def reference_parameters(run_dir: Path) -> dict[str, torch.Tensor]:
+    """Single-process SGD on the union of the workers' batches: each worker's micro-batch
+    (BatchNorm normalises per worker, as in data-parallel training) contributes loss / N."""
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    w = models.build(cfg.model, cfg.local_batch, cfg.seed)
+    opt = torch.optim.SGD(w.model.parameters(), lr=cfg.optimizer.lr, momentum=cfg.optimizer.momentum)
+    total = cfg.profile.repeats * (cfg.profile.warmup_iters + cfg.profile.measured_iters)
+    for it in range(total):
+        for rank in range(cfg.workers):
+            batch = w.make_batch(cfg.seed, rank, it, torch.device("cpu"))
+            torch.manual_seed(stream_seed(cfg.seed, rank, it))
+            (w.loss(w.model, batch) / cfg.workers).backward()
+        opt.step()
+        opt.zero_grad()
+    return {n: p.detach() for n, p in w.model.named_parameters()}

@@ -13,19 +13,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
-from ddlbench import models
 from ddlbench.config import choices
-from ddlbench.models.data import stream_seed
 from ddlbench.trace import CATEGORIES
 from ddlbench.trace import load as load_trace
 
-from helpers import ddlbench, records
+from helpers import ddlbench, records, reference_parameters
 
 pytestmark = pytest.mark.multiproc
 
-METHODS = choices("method")
+METHODS = [m for m in choices("method") if m != "horovod"]  # Horovod's own: tests/multiproc/test_horovod.py
 SETUPS = {"tiny-resnet": 2, "tiny-bert": 3}
 PROTOCOL = ["profile.warmup_iters=1", "profile.measured_iters=3", "profile.repeats=1", "local_batch=4",
             "trace=true", "save_params=true"]
@@ -49,23 +46,6 @@ def runs(tmp_path_factory) -> dict:
         for r in records(results):
             out[(model, r["method"])] = r
     return out
-
-
-def reference_parameters(run_dir: Path) -> dict[str, torch.Tensor]:
-    """Single-process SGD on the union of the workers' batches: each worker's micro-batch
-    (BatchNorm normalises per worker, as in data-parallel training) contributes loss / N."""
-    cfg = OmegaConf.load(run_dir / "config.yaml")
-    w = models.build(cfg.model, cfg.local_batch, cfg.seed)
-    opt = torch.optim.SGD(w.model.parameters(), lr=cfg.optimizer.lr, momentum=cfg.optimizer.momentum)
-    total = cfg.profile.repeats * (cfg.profile.warmup_iters + cfg.profile.measured_iters)
-    for it in range(total):
-        for rank in range(cfg.workers):
-            batch = w.make_batch(cfg.seed, rank, it, torch.device("cpu"))
-            torch.manual_seed(stream_seed(cfg.seed, rank, it))
-            (w.loss(w.model, batch) / cfg.workers).backward()
-        opt.step()
-        opt.zero_grad()
-    return {n: p.detach() for n, p in w.model.named_parameters()}
 
 
 @pytest.mark.parametrize("model", SETUPS)

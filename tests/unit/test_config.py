@@ -1,4 +1,6 @@
 """Every config composes and resolves; bad values fail in one line naming value and choices."""
+import sys
+
 import pytest
 
 from ddlbench import config
@@ -9,7 +11,15 @@ from ddlbench.config import ConfigError, choices, preflight
 @pytest.mark.parametrize("model", [m for m in choices("model") if m != "torchvision"])
 @pytest.mark.parametrize("profile", choices("profile"))
 def test_every_method_model_and_profile_composes(method, model, profile):
-    cfg = config.resolve(config._compose([f"method={method}", f"model={model}", f"profile={profile}"]))
+    engine = []
+    if method == "horovod":  # Horovod's own optimizer exists only on its engine
+        from ddlbench.engines import horovod_available
+
+        ok, why = horovod_available()
+        if not ok:
+            pytest.skip(why)
+        engine = ["engine=horovod", "launcher=horovodrun"]
+    cfg = config.resolve(config._compose([f"method={method}", f"model={model}", f"profile={profile}", *engine]))
     assert cfg.method.name == method and cfg.model.name == model
     assert cfg.backend == "gloo" and cfg.local_batch >= 1
 
@@ -67,3 +77,21 @@ def test_every_value_of_a_sweep_is_checked_before_anything_runs():
     with pytest.raises(ConfigError, match="workers=10000"):
         preflight(["--multirun", "method=bsp-a2a,ddp", "workers=1,10000"])
     assert preflight(["--multirun", "method=bsp-a2a,ddp", "workers=1,2"]) == ["--multirun", "method=bsp-a2a,ddp", "workers=1,2"]
+
+
+def test_engine_settings_are_checked_before_anything_starts(monkeypatch):
+    def bad(*overrides):
+        with pytest.raises(ConfigError) as e:
+            config.resolve(config._compose(list(overrides)))
+        return str(e.value)
+
+    assert "accepted: bsp-a2a, bytescheduler-a2a, horovod, mg-wfbp, wfbp-a2a" in bad("engine=horovod", "launcher=horovodrun", "method=bsp-ps")
+    assert "launcher=horovodrun" in bad("engine=horovod", "method=wfbp-a2a")  # torchrun cannot start Horovod
+    assert "engine=horovod only" in bad("method=horovod")
+    assert "engine=horovod only" in bad("launcher=horovodrun")
+    with pytest.raises(ConfigError, match=r"unknown engine 'nope'; accepted: torch, horovod"):
+        config.resolve(config._compose(["engine.name=nope"]))
+    # Where Horovod does not import, the error says how to install it.
+    monkeypatch.setitem(sys.modules, "horovod", None)
+    monkeypatch.setitem(sys.modules, "horovod.torch", None)
+    assert "make horovod" in bad("engine=horovod", "launcher=horovodrun", "method=wfbp-a2a")
