@@ -28,12 +28,15 @@ all_methods := $(if $(filter horovod,$(ENGINE)),$(HVD_METHODS),$(ALL_METHODS))
 methods  := $(if $(filter all,$(METHOD)),$(all_methods),$(METHOD))
 # CLUSTER=slurm submits batch jobs; locally Horovod starts with horovodrun, the rest with torchrun.
 LAUNCHER ?= $(if $(filter slurm,$(CLUSTER)),slurm,$(if $(filter horovod,$(ENGINE)),horovodrun,local))
-run_args := model=$(MODEL) profile=$(PROFILE) results_dir=$(RESULTS) engine=$(ENGINE) launcher=$(LAUNCHER) \
-	$(if $(DRY_RUN),launcher.dry_run=true) \
+PARTITION ?=
+GPUS_PER_NODE ?=
+cluster_args := engine=$(ENGINE) launcher=$(LAUNCHER) $(if $(DRY_RUN),launcher.dry_run=true) \
+	$(if $(PARTITION),launcher.partition=$(PARTITION)) $(if $(GPUS_PER_NODE),launcher.workers_per_node=$(GPUS_PER_NODE))
+run_args := model=$(MODEL) profile=$(PROFILE) results_dir=$(RESULTS) $(cluster_args) \
 	$(if $(WARMUP),profile.warmup_iters=$(WARMUP)) $(if $(ITERS),profile.measured_iters=$(ITERS)) \
 	$(if $(REPEATS),profile.repeats=$(REPEATS)) $(OVERRIDES)
 
-.PHONY: install horovod test reproduce bench summary figures commbench clean
+.PHONY: install horovod test reproduce reproduce-paper bench summary figures commbench clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -65,6 +68,19 @@ reproduce: install
 	$(PY) -m ddlbench method=bsp-a2a workers=1 skip_recorded=true $(run_args) || status=$$?; \
 	$(PY) -m ddlbench.analysis.summary $(RESULTS); \
 	exit $$status
+
+# The study's Figure 4: every panel's sweep (conf/experiment/: seven methods x 4/8/16/32 GPUs,
+# the study's protocol), plus each model's one-GPU baseline. On Slurm every run is queued at once
+# (launcher.wait=false) and records itself when it ends; run it again to resume: recorded and
+# still-queued runs are skipped.
+EXPERIMENTS ?= fig4a-resnet50 fig4b-bert-base fig4c-bert-large
+paper_args := results_dir=$(RESULTS) $(cluster_args) $(if $(filter slurm,$(LAUNCHER)),launcher.wait=false) $(OVERRIDES)
+reproduce-paper: install
+	@for e in $(EXPERIMENTS); do \
+		$(PY) -m ddlbench experiment=$$e $(paper_args) || exit $$?; \
+		$(PY) -m ddlbench method=bsp-a2a workers=1 model=$${e#*-} profile=study device=cuda skip_recorded=true \
+			$(paper_args) || exit $$?; \
+	done
 
 summary: install
 	$(PY) -m ddlbench.analysis.summary $(RESULTS)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-GROUPS = ("method", "model", "profile", "engine", "launcher")
+GROUPS = ("method", "model", "profile", "engine", "launcher", "experiment")
 DEVICES = ("cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl", "mpi")
 
@@ -71,6 +71,12 @@ def preflight(overrides: list[str]) -> list[str]:
         else:
             out.append(text)
     fixed = [o for o in out if not o.startswith("hydra")]
+    # An experiment config sweeps through `hydra.sweeper.params`; the command line wins per key.
+    given = {o.split("=", 1)[0].lstrip("+") for o in plain}
+    for key, values in _experiment_sweeps(fixed).items():
+        if key not in given:
+            sweeps.append([f"{key}={v}" for v in values])
+            sweep_texts.append(f"{key}={','.join(values)}")
     for combo in itertools.product(*sweeps):
         resolve(_compose(fixed + list(combo)))
     # Hydra composes a multirun's base config with the default group choices; a setting under a
@@ -78,7 +84,22 @@ def preflight(overrides: list[str]) -> list[str]:
     # checked above with the key strict, so hand such settings to Hydra as `++key=value`.
     swept = {o.split("=", 1)[0] + "." for o in sweep_texts if o.split("=", 1)[0] in GROUPS}
     out = [f"++{o}" if any(o.startswith(g) for g in swept) else o for o in out]
-    return flags + out + sweep_texts
+    return flags + out + [t for t in sweep_texts if t.split("=", 1)[0] in given]
+
+
+def _experiment_sweeps(overrides: list[str]) -> dict[str, list[str]]:
+    """{key: values} an `experiment=` config sweeps (its hydra.sweeper.params)."""
+    if not any(o.split("=", 1)[0].lstrip("+") == "experiment" for o in overrides):
+        return {}
+    from hydra import compose, initialize_config_dir
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        hcfg = compose("config", overrides=overrides, return_hydra_config=True)
+    params = hcfg.hydra.sweeper.get("params") or {}
+    parsed = OverridesParser.create().parse_overrides([f"{k}={v}" for k, v in params.items()])
+    return {ov.key_or_group: list(ov.sweep_string_iterator()) if ov.is_sweep_override()
+            else [ov.get_value_element_as_str()] for ov in parsed}
 
 
 def _torchvision_model(name: str, accepted: list[str]) -> list[str]:
@@ -129,8 +150,9 @@ def resolve(cfg: DictConfig) -> DictConfig:
     """Validate a composed config and fill derived values (local_batch, backend). In place."""
     with open_dict(cfg):
         _int(cfg, "workers", 1)
-        if cfg.servers == "auto":
-            cfg.servers = 1 if cfg.method.architecture == "ps" else 0  # one per worker machine
+        if cfg.servers == "auto":  # one per worker machine (1 here; per worker node on Slurm)
+            cfg.servers = 0 if cfg.method.architecture != "ps" else (
+                _slurm().default_servers(cfg) if cfg.launcher.name == "slurm" else 1)
         _int(cfg, "servers", 0)
         _int(cfg, "profile.warmup_iters", 0)
         _int(cfg, "profile.measured_iters", 1)
@@ -151,6 +173,12 @@ def resolve(cfg: DictConfig) -> DictConfig:
         _check_method(cfg)
         _check_engine(cfg)
         _check_placement(cfg)
+        if cfg.launcher.name == "slurm":
+            _slurm().check(cfg)
+        if cfg.launcher.name == "mpirun":
+            from ddlbench.launch.mpirun import executable
+
+            executable(cfg)  # an MPI is installed
     return cfg
 
 
@@ -185,6 +213,12 @@ def _check_method(cfg) -> None:
     for key in ("alpha_s", "beta_s_per_byte"):
         if key in m and m[key] is not None and not (isinstance(m[key], (int, float)) and m[key] >= 0):
             raise ConfigError(f"method.{key}={m[key]!r} is invalid; accepted: null (fitted) or a number >= 0")
+
+
+def _slurm():
+    from ddlbench.launch import slurm
+
+    return slurm
 
 
 def _check_engine(cfg) -> None:

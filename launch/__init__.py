@@ -24,15 +24,21 @@ def run(cfg) -> dict:
         return {**rec, "status": "skipped"}
     stamp = rec["started_at"].replace(":", "").replace("-", "")[:15]
     run_dir = results / "runs" / f"{stamp}-{cfg.method.name}-{cfg.model.name}-w{cfg.workers}-{uuid.uuid4().hex[:6]}"
+    rec["run_dir"] = str(run_dir)
+    if cfg.launcher.name == "slurm" and cfg.launcher.dry_run:  # print the batch script, create nothing
+        from . import slurm
+
+        print(slurm.batch_script(cfg, run_dir), end="")
+        return {**rec, "status": "dry-run"}
     run_dir.mkdir(parents=True)
     OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads_per_worker(cfg)), PYTHONUNBUFFERED="1")
-    if cfg.engine.name == "horovod":
-        from ddlbench.engines import horovod_env
+    if cfg.launcher.name == "slurm":
+        from . import slurm
 
-        env.update(horovod_env(cfg.engine, cfg.method))
+        rec["env"] = record.env_knobs(run_env(cfg, local_procs=max(slurm.plan(cfg))))
+        return slurm.submit(cfg, rec, run_dir, runs_file)
+    env = run_env(cfg)
     rec["env"] = record.env_knobs(env)
-    rec["run_dir"] = str(run_dir)
 
     from . import local
 
@@ -40,6 +46,18 @@ def run(cfg) -> dict:
     rc, reason = local.start(cfg, run_dir, env, cmd)
     finish(cfg, rec, run_dir, rc, reason, runs_file)
     return rec
+
+
+def run_env(cfg, local_procs: int | None = None) -> dict:
+    """The ranks' environment: OpenMP threads shared out over this host's processes, and the
+    engine's knobs (Horovod's fusion off for the methods)."""
+    threads = threads_per_worker(cfg) if local_procs is None else max(1, (os.cpu_count() or 1) // local_procs)
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
+    if cfg.engine.name == "horovod":
+        from ddlbench.engines import horovod_env
+
+        env.update(horovod_env(cfg.engine, cfg.method))
+    return env
 
 
 def command(cfg, run_dir: Path, env: dict) -> list[str]:

@@ -1,0 +1,302 @@
+"""Slurm launcher: one batch job per run, submitted and watched with submitit.
+
+Topology (`node_procs`): workers fill worker nodes `workers_per_node` at a time (one per GPU on
+cuda; the study used 4), ranks 0..W-1; the PS methods' servers, ranks W..W+S-1, get nodes of
+their own (the study's placement; `servers_per_node` each) or, with `servers_on_own_nodes:
+false`, share the last worker node. Ranks stay contiguous per node, which is how torchrun's
+static rendezvous numbers them, so each node runs one torchrun with its own process count.
+
+The job runs one task per node (`node_main`): it starts that node's torchrun, rendezvous at the
+first node on a port derived from the job id, under the same watchdog as the local launcher.
+Node 0 writes the run record when its ranks end, so records land in `results_dir` whether or
+not anyone waits. The submitter prints the job id; with `launcher.wait` it follows the job and
+records a failure Slurm caused (time limit, cancel, node failure) that the job could not.
+"""
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ddlbench.config import ConfigError
+
+POLL_S = 2.0
+
+
+def workers_per_node(cfg) -> int:
+    return int(cfg.launcher.workers_per_node)
+
+
+def node_procs(workers: int, servers: int, per_node: int, servers_per_node: int = 1,
+               servers_on_own_nodes: bool = True) -> list[int]:
+    """Processes per node, node 0 first; ranks are numbered node after node."""
+    counts = [min(per_node, workers - start) for start in range(0, workers, per_node)]
+    if servers and servers_on_own_nodes:
+        counts += [min(servers_per_node, servers - start) for start in range(0, servers, servers_per_node)]
+    elif servers:
+        counts[-1] += servers
+    return counts
+
+
+def plan(cfg) -> list[int]:
+    L = cfg.launcher
+    return node_procs(cfg.workers, cfg.servers, workers_per_node(cfg), int(L.servers_per_node),
+                      bool(L.servers_on_own_nodes))
+
+
+def default_servers(cfg) -> int:
+    """As many servers as worker machines (BytePS's and the study's setting)."""
+    return math.ceil(cfg.workers / workers_per_node(cfg))
+
+
+# -- checks before anything is submitted ---------------------------------------------------------
+def check(cfg) -> None:
+    """Cluster settings, checked against `sinfo` where Slurm's tools are installed."""
+    L = cfg.launcher
+    for key in ("workers_per_node", "servers_per_node", "time_min"):
+        v = L[key]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ConfigError(f"launcher.{key}={v!r} is invalid; accepted: an integer >= 1")
+    if not L.partition:
+        parts = partitions()
+        accepted = ", ".join(parts) if parts else "a partition of your cluster (sinfo -s)"
+        raise ConfigError("launcher.partition is not set; accepted: " + accepted +
+                          " (set it in conf/local/default.yaml, or PARTITION=... / launcher.partition=...)")
+    if L.dry_run:
+        return
+    if shutil.which("sbatch") is None:
+        raise ConfigError("launcher=slurm: sbatch is not on PATH; accepted: a Slurm login node, or launcher.dry_run=true")
+    parts = partitions()
+    if parts and L.partition not in parts:
+        raise ConfigError(f"unknown launcher.partition {L.partition!r}; accepted: {', '.join(parts)}")
+    if cfg.device == "cuda":
+        offered = gpus_per_node_offered(L.partition)
+        if offered == 0:
+            raise ConfigError(f"device=cuda, but the nodes of partition {L.partition!r} offer no GPUs (gres); "
+                              "accepted: a partition with GPUs, or device=cpu")
+        if offered is not None and workers_per_node(cfg) > offered:
+            raise ConfigError(f"launcher.workers_per_node={workers_per_node(cfg)} GPUs per node, but the nodes of "
+                              f"partition {L.partition!r} offer at most {offered}; accepted: 1..{offered}")
+    nodes = nodes_in(L.partition)
+    need = len(plan(cfg))
+    if nodes is not None and need > nodes:
+        raise ConfigError(f"workers={cfg.workers} + servers={cfg.servers} need {need} nodes of partition "
+                          f"{L.partition!r}, which has {nodes}; accepted: at most {nodes} nodes")
+
+
+def _sinfo(*fmt: str) -> list[str] | None:
+    if shutil.which("sinfo") is None:
+        return None
+    try:
+        out = subprocess.run(["sinfo", "-h", *fmt], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.split() if out.returncode == 0 else None
+
+
+def partitions() -> list[str]:
+    return sorted({p.rstrip("*") for p in (_sinfo("-o", "%P") or [])})
+
+
+def nodes_in(partition: str) -> int | None:
+    out = _sinfo("-p", partition, "-o", "%D")
+    return sum(int(x) for x in out if x.isdigit()) if out else None
+
+
+def gpus_per_node_offered(partition: str) -> int | None:
+    """The most GPUs one node of the partition offers, from its generic resources (gres)."""
+    out = _sinfo("-p", partition, "-o", "%G")
+    if out is None:
+        return None
+    best = 0
+    for gres in ",".join(out).split(","):
+        parts = gres.split("(")[0].split(":")
+        if parts[0] == "gpu" and parts[-1].isdigit():
+            best = max(best, int(parts[-1]))
+    return best
+
+
+# -- submission ------------------------------------------------------------------------------
+def executor(cfg, run_dir: Path):
+    import submitit
+
+    L = cfg.launcher
+    counts = plan(cfg)
+    ex = submitit.SlurmExecutor(folder=str(run_dir / "slurm"), max_num_timeout=0)
+    params = dict(
+        job_name=job_name(cfg),
+        partition=L.partition, time=int(L.time_min), nodes=len(counts), ntasks_per_node=1,
+        setup=list(L.setup), signal_delay_s=30,
+    )
+    if cfg.device == "cuda":
+        params["gpus_per_node"] = workers_per_node(cfg)
+    for key in ("account", "qos", "cpus_per_task", "mem", "constraint"):
+        if L.get(key) is not None:
+            params[key] = L[key]
+    if L.get("exclusive"):
+        params["exclusive"] = True
+    if L.get("additional"):
+        params["additional_parameters"] = dict(L.additional)
+    ex.update_parameters(**params)
+    return ex
+
+
+def job_name(cfg) -> str:
+    """Names the configuration (a digest of its record key), so a resumed sweep can tell which
+    runs are still queued."""
+    import hashlib
+
+    from ddlbench import record
+
+    from . import base_record
+
+    digest = hashlib.sha1(repr(record.config_key(base_record(cfg))).encode()).hexdigest()[:8]
+    return f"ddlbench-{cfg.method.name}-{cfg.model.name}-w{cfg.workers}-{digest}"
+
+
+def queued_job(name: str) -> str | None:
+    """The id of this user's pending or running job of that name, if any."""
+    out = subprocess.run(["squeue", "-h", "--me", "-n", name, "-o", "%i"], capture_output=True, text=True, timeout=60)
+    ids = out.stdout.split()
+    return ids[0] if ids else None
+
+
+def batch_script(cfg, run_dir: Path) -> str:
+    """What sbatch gets (submitit's script; its `srun` runs `node_main` once per node), with the
+    launch line each node then runs."""
+    ex = executor(cfg, run_dir)
+    # submitit writes this text into the job folder at submit time; the helper is not public
+    text = ex._make_submission_file_text(ex._submitit_command_str, "DRYRUN")
+    lines = [text.rstrip(), "", "# each srun task (one per node) runs ddlbench.launch.slurm.node_main, which starts the line below",
+             "# (FIRST_NODE: the first host of the job; PORT: 20000 + job id % 20000):"]
+    for node, n in enumerate(plan(cfg)):
+        lines.append(f"#   node {node}: {' '.join(node_command(cfg, run_dir, node, n, '$FIRST_NODE', '$PORT'))}")
+    return "\n".join(lines) + "\n"
+
+
+def submit(cfg, rec: dict, run_dir: Path, runs_file: Path) -> dict:
+    if cfg.skip_recorded:
+        queued = queued_job(job_name(cfg))
+        if queued:
+            print(f"[ddlbench] skipped: {cfg.method.name} {cfg.model.name} x{cfg.workers} is already queued "
+                  f"as Slurm job {queued}", flush=True)
+            shutil.rmtree(run_dir, ignore_errors=True)
+            return {**rec, "status": "skipped", "job_id": queued}
+    ex = executor(cfg, run_dir)
+    job = ex.submit(node_main, str(run_dir), rec)
+    label = f"{cfg.method.name} {cfg.model.name} x{cfg.workers}"
+    print(f"[ddlbench] submitted {label} as Slurm job {job.job_id} ({len(plan(cfg))} node(s)); "
+          f"logs in {run_dir / 'slurm'}; the record lands in {runs_file}", flush=True)
+    if not cfg.launcher.wait:
+        return {**rec, "status": "submitted", "job_id": job.job_id}
+    state = None
+    try:
+        while True:
+            now = queue_state(job.job_id)
+            if now is None:  # left the queue
+                break
+            if now != state:
+                state = now
+                print(f"[ddlbench] Slurm job {job.job_id}: {state}", flush=True)
+            time.sleep(POLL_S)
+    except KeyboardInterrupt:
+        subprocess.run(["scancel", str(job.job_id)], capture_output=True)
+        return _record_unless_written(cfg, rec, run_dir, runs_file,
+                                      lambda: f"interrupted (Ctrl-C); Slurm job {job.job_id} cancelled")
+    return _record_unless_written(cfg, rec, run_dir, runs_file,
+                                  lambda: f"Slurm job {job.job_id} ended ({final_state(job.job_id)}) before the run was recorded")
+
+
+def queue_state(job_id: str) -> str | None:
+    """The job's state while it is in the queue (squeue needs no accounting); None once gone."""
+    out = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%T"], capture_output=True, text=True, timeout=60)
+    state = out.stdout.strip()
+    return state or None
+
+
+def final_state(job_id: str) -> str:
+    """Slurm's final state from accounting (sacct), where the cluster keeps it."""
+    try:
+        out = subprocess.run(["sacct", "-n", "-X", "-P", "-j", str(job_id), "-o", "State"], capture_output=True,
+                             text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return "state unknown"
+    return (out.stdout.split() or ["state unknown: no accounting"])[0]
+
+
+def _record_unless_written(cfg, rec: dict, run_dir: Path, runs_file: Path, reason) -> dict:
+    """The job's own record, or a failed one saying why there is none (`reason()`)."""
+    from ddlbench.analysis.records import load
+
+    from . import _say, finish
+
+    for r in load([runs_file]).records:
+        if r.get("run_dir") == str(run_dir):
+            _say(r, runs_file)
+            return r
+    tail = _log_tail(run_dir)
+    rec = dict(rec)
+    finish(cfg, rec, run_dir, 1, reason() + (f": {tail}" if tail else ""), runs_file)
+    return rec
+
+
+def _log_tail(run_dir: Path) -> str:
+    for f in sorted((run_dir / "slurm").glob("*_0_log.err")):
+        lines = [ln for ln in f.read_text(errors="replace").splitlines() if ln.strip()]
+        if lines:
+            return lines[-1][:300]
+    return ""
+
+
+# -- inside the job ----------------------------------------------------------------------------
+def node_command(cfg, run_dir: Path, node: int, nprocs: int, first_node: str, port) -> list[str]:
+    return [
+        sys.executable, "-m", "torch.distributed.run", f"--nnodes={len(plan(cfg))}", f"--node-rank={node}",
+        f"--nproc-per-node={nprocs}", f"--master-addr={first_node}", f"--master-port={port}",
+        "--max-restarts=0", "--monitor-interval=0.5", "-m", "ddlbench.launch.worker", str(run_dir),
+    ]
+
+
+def node_main(run_dir: str, rec: dict) -> int:
+    """One per node: run this node's ranks; node 0 also writes the run record."""
+    import submitit
+    from omegaconf import OmegaConf
+
+    from . import finish, local, run_env
+
+    run_dir = Path(run_dir)
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    job = submitit.JobEnvironment()
+    node = job.node
+    counts = plan(cfg)
+    port = 20000 + int(job.job_id.split("_")[0]) % 20000
+    env = run_env(cfg, local_procs=counts[node])
+    if cfg.engine.name == "horovod":
+        cmd = _horovod_command(cfg, run_dir, job.hostnames, counts) if node == 0 else None
+    else:
+        cmd = node_command(cfg, run_dir, node, counts[node], job.hostnames[0], port)
+    if cmd is None:  # horovodrun on node 0 starts the ranks of every node
+        while not (run_dir / "result.json").exists() and not any(run_dir.glob("error-rank*.json")):
+            time.sleep(POLL_S)
+        return 0
+    rc, reason = local.start(cfg, run_dir, env, cmd)
+    if node == 0:
+        rec = dict(rec, job_id=job.job_id, hosts=job.hostnames)
+        finish(cfg, rec, run_dir, rc, reason, Path(cfg.results_dir) / "runs.jsonl")
+    if rc != 0:
+        raise RuntimeError(reason or f"node {node}: ranks exited with {rc}")
+    return rc
+
+
+def _horovod_command(cfg, run_dir: Path, hosts: list[str], counts: list[int]) -> list[str]:
+    from . import horovodrun
+
+    from omegaconf import OmegaConf
+
+    hosts_arg = ",".join(f"{h}:{n}" for h, n in zip(hosts, counts)) if len(hosts) > 1 else None
+    sub = OmegaConf.merge(cfg, {"launcher": {"hosts": hosts_arg, "extra_args": [],
+                                             "network_interface": cfg.launcher.get("network_interface")}})
+    return horovodrun.command(sub, run_dir, {})

@@ -1,0 +1,125 @@
+"""Runs through a real Slurm: a single-node cluster on localhost (munged, slurmctld, slurmd from
+Debian's slurm-wlm), started here and stopped by pid at the end. Skipped, with the reason, where
+Slurm cannot be installed (not root, no apt-get)."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import REPO, ddlbench, records
+
+pytestmark = pytest.mark.cluster
+SCRIPT = REPO / "tests" / "cluster" / "slurm.sh"
+# One node: both workers on it, and the PS server beside them.
+ONE_NODE = ["launcher.workers_per_node=2", "launcher.servers_on_own_nodes=false"]
+QUICK = ["WARMUP=1", "ITERS=2", "REPEATS=1", "MODEL=tiny-resnet"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("starting slurmctld and slurmd here needs root")
+    inst = subprocess.run(["bash", str(SCRIPT), "install"], capture_output=True, text=True, timeout=1200)
+    if inst.returncode == 3:
+        pytest.skip(inst.stderr.strip())
+    assert inst.returncode == 0, inst.stderr[-2000:]
+    d = tmp_path_factory.mktemp("slurm")
+    env = dict(os.environ, SLURMCTLD_PORT=str(_free_port()), SLURMD_PORT=str(_free_port()))
+    start = subprocess.run(["bash", str(SCRIPT), "start", str(d)], env=env, capture_output=True, text=True, timeout=120)
+    pids = [d / "slurmctld.pid", d / "slurmd.pid", d / "munge" / "munged.pid"]
+    try:
+        assert start.returncode == 0, start.stdout + start.stderr
+        os.environ["SLURM_CONF"] = str(d / "slurm.conf")  # for this process's sinfo and the CLI it starts
+        yield d
+    finally:
+        os.environ.pop("SLURM_CONF", None)
+        subprocess.run(["bash", str(SCRIPT), "stop", str(d)], timeout=60)
+        for f in pids:
+            if f.exists():
+                pid = int(f.read_text())
+                for _ in range(50):
+                    if not Path(f"/proc/{pid}").exists():
+                        break
+                    time.sleep(0.1)
+                assert not Path(f"/proc/{pid}").exists(), f"{f.name}: daemon {pid} still running"
+
+
+def make(*args, timeout=600):
+    return subprocess.run(["make", "-s", *args, f"PY={sys.executable}", "-o", f"{REPO}/.venv/.installed"],
+                          cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def test_make_reproduce_on_slurm_records_all_reduce_and_ps_runs(cluster, tmp_path):
+    proc = make("reproduce", "METHOD=bsp-a2a,bsp-ps", "WORKERS=2", "CLUSTER=slurm", "PARTITION=debug", *QUICK,
+                f"RESULTS={tmp_path}", f"OVERRIDES={' '.join(ONE_NODE)}")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "as Slurm job" in proc.stdout
+    recs = {(r["method"], r["workers"]): r for r in records(tmp_path)}
+    assert set(recs) == {("bsp-a2a", 2), ("bsp-ps", 2), ("bsp-a2a", 1)}
+    for r in recs.values():
+        assert r["status"] == "ok", r["error"]
+        assert r["launcher"] == "slurm" and r["job_id"] and r["samples_per_sec"] > 0
+    ps = recs[("bsp-ps", 2)]
+    assert ps["servers"] == 1 and ps["server_stats"] and ps["params_consistent"]
+    assert "| bsp-ps" in proc.stdout  # the table
+
+
+def test_a_queued_sweep_resumes_without_duplicates(cluster, tmp_path):
+    args = ["method=wfbp-a2a", "model=tiny-resnet", "workers=2", "launcher=slurm", "launcher.partition=debug",
+            "launcher.wait=false", "skip_recorded=true", "profile.warmup_iters=1", "profile.measured_iters=2",
+            "profile.repeats=1", *ONE_NODE]
+    first = ddlbench(*args, results=tmp_path, check=True)
+    assert "as Slurm job" in first.stdout
+    again = ddlbench(*args, results=tmp_path, check=True)  # still queued or running: not submitted twice
+    recorded = records(tmp_path)
+    assert "already queued as Slurm job" in again.stdout or recorded
+    deadline = time.monotonic() + 180
+    while not records(tmp_path) and time.monotonic() < deadline:
+        time.sleep(1)
+    (rec,) = records(tmp_path)  # the job recorded itself; nobody waited for it
+    assert rec["status"] == "ok", rec["error"]
+    third = ddlbench(*args, results=tmp_path, check=True)
+    assert "skipped: an ok record" in third.stdout and len(records(tmp_path)) == 1
+
+
+def test_bad_cluster_settings_fail_before_submitting(cluster, tmp_path):
+    def error(*args):
+        proc = ddlbench("method=bsp-a2a", "launcher=slurm", *args, results=tmp_path)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1
+        return lines[0]
+
+    assert "launcher.partition is not set; accepted: debug" in error()
+    assert "unknown launcher.partition 'gpu'; accepted: debug" in error("launcher.partition=gpu")
+    assert "need 2 nodes of partition 'debug', which has 1" in error("launcher.partition=debug", "workers=8")
+    assert "offer no GPUs" in error("launcher.partition=debug", "device=cuda")
+    assert "unknown engine 'mxnet'" in error("launcher.partition=debug", "engine=mxnet")
+    assert not (tmp_path / "runs.jsonl").exists()
+    out = subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout
+    assert not out.strip(), "nothing was submitted"
+
+
+def test_horovod_runs_under_slurm_too(cluster, tmp_path):
+    from ddlbench.engines import horovod_available
+
+    ok, why = horovod_available()
+    if not ok:
+        pytest.skip(why)
+    ddlbench("method=mg-wfbp", "engine=horovod", "model=tiny-resnet", "workers=2", "launcher=slurm",
+             "launcher.partition=debug", "profile.warmup_iters=1", "profile.measured_iters=2", "profile.repeats=1",
+             *ONE_NODE, results=tmp_path, check=True)
+    (rec,) = records(tmp_path)
+    assert rec["status"] == "ok" and rec["engine"] == "horovod" and rec["env"]["HOROVOD_FUSION_THRESHOLD"] == "0"
