@@ -14,6 +14,11 @@ def mpiexec() -> str | None:
     return str(here) if here.exists() else shutil.which("mpiexec")
 
 
+def horovodrun() -> str | None:
+    here = Path(sys.executable).parent / "horovodrun"
+    return str(here) if here.exists() else shutil.which("horovodrun")
+
+
 def why_unavailable(name: str, device: str) -> str | None:
     import torch
     import torch.distributed as dist
@@ -36,8 +41,10 @@ def why_unavailable(name: str, device: str) -> str | None:
         return None if mpiexec() else "no mpiexec found (pip install mpich, or an MPI from the OS)"
     if name == "horovod":
         try:
-            import horovod  # noqa: F401
+            import horovod.torch as hvd
         except ImportError:
-            return "Horovod is not installed"
-        return "Horovod collectives are not measured by commbench yet"
+            return "Horovod is not installed (make horovod)"
+        if not hvd.gloo_built():
+            return "this Horovod was built without Gloo, which horovodrun needs here"
+        return None if horovodrun() else "horovodrun is not installed"
     return f"unknown backend {name!r}"

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from ddlbench import record
-from ddlbench.commbench.backends import BACKENDS, mpiexec, why_unavailable
+from ddlbench.commbench.backends import BACKENDS, horovodrun, mpiexec, why_unavailable
 from ddlbench.commbench.collectives import COLLECTIVES, DTYPES
 
 DEVICES = ("cpu", "cuda")
@@ -125,6 +125,11 @@ def launch(backend: str, device: str, workers: int, spec: dict, timeout: float) 
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
         if backend == "mpi4py":
             cmd = [mpiexec(), "-n", str(workers), sys.executable, "-m", "ddlbench.commbench.worker", f"{tmp}/spec.json"]
+        elif backend == "horovod":
+            # one collective per call: Horovod's fusion buffer and cycle off, as for the methods
+            env.update(HOROVOD_FUSION_THRESHOLD="0", HOROVOD_CYCLE_TIME="0", HOROVOD_CACHE_CAPACITY="0")
+            cmd = [horovodrun(), "-np", str(workers), "-H", f"localhost:{workers}", "--gloo", "--network-interface", "lo",
+                   sys.executable, "-m", "ddlbench.commbench.worker", f"{tmp}/spec.json"]
         else:
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={workers}",
                    "--max-restarts=0", "-m", "ddlbench.commbench.worker", f"{tmp}/spec.json"]
@@ -154,7 +159,7 @@ def main(argv=None) -> int:
         # seed 002 pairs ranks: even worker counts, 2 and 4 at least
         counts = list(range(2, max(4, max(a.workers)) + 1, 2)) if mode == "groups" else a.workers
         for backend, device, fallback_from in a.backends:
-            if mode != "sizes" and backend == "mpi4py":
+            if mode != "sizes" and backend in ("mpi4py", "horovod"):
                 continue  # the seeds' experiments are about torch.distributed process groups
             for w in counts:
                 print(f"[commbench] {mode}: {backend} on {device}, {w} workers", flush=True)

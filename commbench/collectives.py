@@ -29,6 +29,7 @@ class Collective:
     setup: Callable  # (numel, n, rank, dtype, device) -> (inp, out, expected or None on this rank)
     torch_op: Callable  # (dist, inp, out, group) -> work or None
     mpi_op: Callable  # (comm, inp, out) -> None (numpy arrays)
+    hvd_op: Callable = None  # (hvd, inp, out) -> None; Horovod's out-of-place results are copied into `out`
 
 
 def _all_reduce_setup(numel, n, rank, dtype, device):
@@ -65,25 +66,34 @@ def _mpi():
     return MPI
 
 
+def _no_reduce(hvd, i, o):
+    raise NotImplementedError("Horovod has no reduce-to-one-rank collective")
+
+
 COLLECTIVES = {
     c.name: c
     for c in (
         Collective("all_reduce", _all_reduce_setup,
                    lambda d, i, o, g: d.all_reduce(i, group=g, async_op=True),
-                   lambda comm, i, o: comm.Allreduce(_mpi().IN_PLACE, i, op=_mpi().SUM)),
+                   lambda comm, i, o: comm.Allreduce(_mpi().IN_PLACE, i, op=_mpi().SUM),
+                   lambda hvd, i, o: hvd.allreduce_(i, op=hvd.Sum, name="commbench.all_reduce")),
         Collective("broadcast", _broadcast_setup,
                    lambda d, i, o, g: d.broadcast(i, src=0, group=g, async_op=True),
-                   lambda comm, i, o: comm.Bcast(i, root=0)),
+                   lambda comm, i, o: comm.Bcast(i, root=0),
+                   lambda hvd, i, o: hvd.broadcast_(i, root_rank=0, name="commbench.broadcast")),
         Collective("reduce", _reduce_setup,
                    lambda d, i, o, g: d.reduce(i, dst=0, group=g, async_op=True),
                    lambda comm, i, o: comm.Reduce(_mpi().IN_PLACE if comm.rank == 0 else i, i if comm.rank == 0 else None,
-                                                  op=_mpi().SUM, root=0)),
+                                                  op=_mpi().SUM, root=0),
+                   _no_reduce),
         Collective("all_gather", _all_gather_setup,
                    lambda d, i, o, g: d.all_gather_into_tensor(o, i, group=g, async_op=True),
-                   lambda comm, i, o: comm.Allgather(i, o)),
+                   lambda comm, i, o: comm.Allgather(i, o),
+                   lambda hvd, i, o: o.copy_(hvd.allgather(i, name="commbench.all_gather"))),
         Collective("reduce_scatter", _reduce_scatter_setup,
                    lambda d, i, o, g: d.reduce_scatter_tensor(o, i, group=g, async_op=True),
-                   lambda comm, i, o: comm.Reduce_scatter_block(i, o, op=_mpi().SUM)),
+                   lambda comm, i, o: comm.Reduce_scatter_block(i, o, op=_mpi().SUM),
+                   lambda hvd, i, o: o.copy_(hvd.reducescatter(i, op=hvd.Sum, name="commbench.reduce_scatter"))),
     )
 }
 

@@ -1,5 +1,5 @@
-"""One commbench job, run by every rank: under torchrun (torch.distributed backends) or mpiexec
-(mpi4py). Reads a JSON spec, writes one JSON line per measurement from rank 0.
+"""One commbench job, run by every rank: under torchrun (torch.distributed backends), mpiexec
+(mpi4py) or horovodrun (Horovod). Reads a JSON spec, writes one JSON line per measurement from rank 0.
 
 Per (collective, dtype, device, size): `warmup` untimed calls, then `iters` calls each timed on
 its own (the op and its wait; device synchronised on GPU). As in nccl-tests, the reported time
@@ -110,6 +110,40 @@ class Mpi4py:
         self.comm.Barrier()
 
 
+class Horovod:
+    """Horovod's collectives, started by horovodrun over Gloo. Horovod's fusion and cycle are
+    off (set by the launcher) so each call is one collective, as on the other backends."""
+
+    def __init__(self, spec):
+        import horovod.torch as hvd
+
+        hvd.init()
+        self.hvd = hvd
+        self.rank, self.n = hvd.rank(), hvd.size()
+        if spec["device"] == "cuda":
+            torch.cuda.set_device(hvd.local_rank())
+        self.device = torch.device("cuda", hvd.local_rank()) if spec["device"] == "cuda" else torch.device("cpu")
+
+    def sync(self):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def run(self, coll, inp, out, group=None):
+        coll.hvd_op(self.hvd, inp, out)
+
+    def slowest(self, times):
+        return max(self.hvd.allgather_object(times, name="commbench.times"), key=lambda ts: sum(ts) / len(ts))
+
+    def total(self, count):
+        return int(self.hvd.allreduce(torch.tensor([count]), op=self.hvd.Sum, name="commbench.total").item())
+
+    def barrier(self):
+        self.hvd.barrier()
+
+    def close(self):
+        self.hvd.barrier()
+
+
 def measure(be, coll, dtype, nbytes: int, spec) -> dict:
     numel = max(1, nbytes // torch.tensor([], dtype=dtype).element_size())
     inp, out, _ = coll.setup(numel, be.n, be.rank, dtype, be.device)
@@ -148,7 +182,7 @@ def sweep(be, spec, emit) -> None:
 
 def main(spec_path: str) -> None:
     spec = json.load(open(spec_path))
-    be = Mpi4py(spec) if spec["backend"] == "mpi4py" else Torch(spec)
+    be = {"mpi4py": Mpi4py, "horovod": Horovod}.get(spec["backend"], Torch)(spec)
     torch.set_num_threads(1)
     lines = []
 
