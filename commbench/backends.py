@@ -14,11 +14,6 @@ def mpiexec() -> str | None:
     return str(here) if here.exists() else shutil.which("mpiexec")
 
 
-def horovodrun() -> str | None:
-    here = Path(sys.executable).parent / "horovodrun"
-    return str(here) if here.exists() else shutil.which("horovodrun")
-
-
 def why_unavailable(name: str, device: str) -> str | None:
     import torch
     import torch.distributed as dist
@@ -46,5 +41,7 @@ def why_unavailable(name: str, device: str) -> str | None:
             return "Horovod is not installed (make horovod)"
         if not hvd.gloo_built():
             return "this Horovod was built without Gloo, which horovodrun needs here"
-        return None if horovodrun() else "horovodrun is not installed"
+        from ddlbench.launch.horovodrun import executable
+
+        return None if executable() else "horovodrun is not installed"
     return f"unknown backend {name!r}"

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from ddlbench import record
-from ddlbench.commbench.backends import BACKENDS, horovodrun, mpiexec, why_unavailable
+from ddlbench.commbench.backends import BACKENDS, mpiexec, why_unavailable
 from ddlbench.commbench.collectives import COLLECTIVES, DTYPES
 
 DEVICES = ("cpu", "cuda")
@@ -126,10 +126,11 @@ def launch(backend: str, device: str, workers: int, spec: dict, timeout: float) 
         if backend == "mpi4py":
             cmd = [mpiexec(), "-n", str(workers), sys.executable, "-m", "ddlbench.commbench.worker", f"{tmp}/spec.json"]
         elif backend == "horovod":
-            # one collective per call: Horovod's fusion buffer and cycle off, as for the methods
-            env.update(HOROVOD_FUSION_THRESHOLD="0", HOROVOD_CYCLE_TIME="0", HOROVOD_CACHE_CAPACITY="0")
-            cmd = [horovodrun(), "-np", str(workers), "-H", f"localhost:{workers}", "--gloo", "--network-interface", "lo",
-                   sys.executable, "-m", "ddlbench.commbench.worker", f"{tmp}/spec.json"]
+            from ddlbench.engines import unfused_env
+            from ddlbench.launch.horovodrun import argv
+
+            env.update(unfused_env())  # one collective per call, as for the methods
+            cmd = argv(workers, None, None) + [sys.executable, "-m", "ddlbench.commbench.worker", f"{tmp}/spec.json"]
         else:
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={workers}",
                    "--max-restarts=0", "-m", "ddlbench.commbench.worker", f"{tmp}/spec.json"]

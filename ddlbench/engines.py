@@ -46,10 +46,15 @@ def horovod_env(engine_cfg, method_cfg) -> dict:
     scheduling (the study's setting), Horovod's defaults for the `horovod` reference method."""
     if method_cfg.schedule == "horovod":
         return {}
+    return unfused_env(engine_cfg.fusion_threshold_bytes, engine_cfg.cycle_time_ms, engine_cfg.cache_capacity)
+
+
+def unfused_env(fusion_threshold_bytes=0, cycle_time_ms=0, cache_capacity=0) -> dict:
+    """Horovod sends each call as it comes: no fusion buffer, no cycle wait, no response cache."""
     return {
-        "HOROVOD_FUSION_THRESHOLD": str(int(engine_cfg.fusion_threshold_bytes)),
-        "HOROVOD_CYCLE_TIME": str(engine_cfg.cycle_time_ms),
-        "HOROVOD_CACHE_CAPACITY": str(int(engine_cfg.cache_capacity)),
+        "HOROVOD_FUSION_THRESHOLD": str(int(fusion_threshold_bytes)),
+        "HOROVOD_CYCLE_TIME": str(cycle_time_ms),
+        "HOROVOD_CACHE_CAPACITY": str(int(cache_capacity)),
     }
 
 

@@ -25,18 +25,16 @@ def run(cfg) -> dict:
     stamp = rec["started_at"].replace(":", "").replace("-", "")[:15]
     run_dir = results / "runs" / f"{stamp}-{cfg.method.name}-{cfg.model.name}-w{cfg.workers}-{uuid.uuid4().hex[:6]}"
     rec["run_dir"] = str(run_dir)
-    if cfg.launcher.name == "slurm" and cfg.launcher.dry_run:  # print the batch script, create nothing
-        from . import slurm
-
-        print(slurm.batch_script(cfg, run_dir), end="")
-        return {**rec, "status": "dry-run"}
-    run_dir.mkdir(parents=True)
-    OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
     if cfg.launcher.name == "slurm":
         from . import slurm
 
+        if cfg.launcher.dry_run:  # print the batch script, create nothing
+            print(slurm.batch_script(cfg, rec, run_dir), end="")
+            return {**rec, "status": "dry-run"}
+        _prepare(cfg, run_dir)
         rec["env"] = record.env_knobs(run_env(cfg, local_procs=max(slurm.plan(cfg))))
         return slurm.submit(cfg, rec, run_dir, runs_file)
+    _prepare(cfg, run_dir)
     env = run_env(cfg)
     rec["env"] = record.env_knobs(env)
 
@@ -46,6 +44,11 @@ def run(cfg) -> dict:
     rc, reason = local.start(cfg, run_dir, env, cmd)
     finish(cfg, rec, run_dir, rc, reason, runs_file)
     return rec
+
+
+def _prepare(cfg, run_dir: Path) -> None:
+    run_dir.mkdir(parents=True)
+    OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
 
 
 def run_env(cfg, local_procs: int | None = None) -> dict:

@@ -53,8 +53,8 @@ def command(cfg, run_dir: Path, env: dict) -> list[str]:
             cmd += ["-x", key]
     elif hosts:
         cmd += ["-hosts", hosts]
-    first = hosts.split(",")[0].split(":")[0] if hosts else "127.0.0.1"
-    env["MASTER_ADDR"] = first if first not in ("localhost",) else "127.0.0.1"
+    first = hosts.split(",")[0].split(":")[0] if hosts else "localhost"
+    env["MASTER_ADDR"] = "127.0.0.1" if first == "localhost" else first
     env["MASTER_PORT"] = str(free_port())
     return cmd + list(cfg.launcher.extra_args) + [sys.executable, "-m", "ddlbench.launch.worker", str(run_dir)]
 

@@ -120,15 +120,14 @@ def gpus_per_node_offered(partition: str) -> int | None:
 
 
 # -- submission ------------------------------------------------------------------------------
-def executor(cfg, run_dir: Path):
+def executor(cfg, run_dir: Path, name: str):
     import submitit
 
     L = cfg.launcher
-    counts = plan(cfg)
     ex = submitit.SlurmExecutor(folder=str(run_dir / "slurm"), max_num_timeout=0)
     params = dict(
-        job_name=job_name(cfg),
-        partition=L.partition, time=int(L.time_min), nodes=len(counts), ntasks_per_node=1,
+        job_name=name,
+        partition=L.partition, time=int(L.time_min), nodes=len(plan(cfg)), ntasks_per_node=1,
         setup=list(L.setup), signal_delay_s=30,
     )
     if cfg.device == "cuda":
@@ -144,16 +143,14 @@ def executor(cfg, run_dir: Path):
     return ex
 
 
-def job_name(cfg) -> str:
-    """Names the configuration (a digest of its record key), so a resumed sweep can tell which
-    runs are still queued."""
+def job_name(cfg, rec: dict) -> str:
+    """Names the configuration (a digest of its record's key), so a resumed sweep can tell
+    which runs are still queued."""
     import hashlib
 
     from ddlbench import record
 
-    from . import base_record
-
-    digest = hashlib.sha1(repr(record.config_key(base_record(cfg))).encode()).hexdigest()[:8]
+    digest = hashlib.sha1(repr(record.config_key(rec)).encode()).hexdigest()[:8]
     return f"ddlbench-{cfg.method.name}-{cfg.model.name}-w{cfg.workers}-{digest}"
 
 
@@ -164,28 +161,30 @@ def queued_job(name: str) -> str | None:
     return ids[0] if ids else None
 
 
-def batch_script(cfg, run_dir: Path) -> str:
+def batch_script(cfg, rec: dict, run_dir: Path) -> str:
     """What sbatch gets (submitit's script; its `srun` runs `node_main` once per node), with the
     launch line each node then runs."""
-    ex = executor(cfg, run_dir)
+    ex = executor(cfg, run_dir, job_name(cfg, rec))
     # submitit writes this text into the job folder at submit time; the helper is not public
     text = ex._make_submission_file_text(ex._submitit_command_str, "DRYRUN")
     lines = [text.rstrip(), "", "# each srun task (one per node) runs ddlbench.launch.slurm.node_main, which starts the line below",
              "# (FIRST_NODE: the first host of the job; PORT: 20000 + job id % 20000):"]
-    for node, n in enumerate(plan(cfg)):
-        lines.append(f"#   node {node}: {' '.join(node_command(cfg, run_dir, node, n, '$FIRST_NODE', '$PORT'))}")
+    counts = plan(cfg)
+    for node, n in enumerate(counts):
+        lines.append(f"#   node {node}: {' '.join(node_command(run_dir, node, n, len(counts), '$FIRST_NODE', '$PORT'))}")
     return "\n".join(lines) + "\n"
 
 
 def submit(cfg, rec: dict, run_dir: Path, runs_file: Path) -> dict:
+    name = job_name(cfg, rec)
     if cfg.skip_recorded:
-        queued = queued_job(job_name(cfg))
+        queued = queued_job(name)
         if queued:
             print(f"[ddlbench] skipped: {cfg.method.name} {cfg.model.name} x{cfg.workers} is already queued "
                   f"as Slurm job {queued}", flush=True)
             shutil.rmtree(run_dir, ignore_errors=True)
             return {**rec, "status": "skipped", "job_id": queued}
-    ex = executor(cfg, run_dir)
+    ex = executor(cfg, run_dir, name)
     job = ex.submit(node_main, str(run_dir), rec)
     label = f"{cfg.method.name} {cfg.model.name} x{cfg.workers}"
     print(f"[ddlbench] submitted {label} as Slurm job {job.job_id} ({len(plan(cfg))} node(s)); "
@@ -252,9 +251,9 @@ def _log_tail(run_dir: Path) -> str:
 
 
 # -- inside the job ----------------------------------------------------------------------------
-def node_command(cfg, run_dir: Path, node: int, nprocs: int, first_node: str, port) -> list[str]:
+def node_command(run_dir: Path, node: int, nprocs: int, nnodes: int, first_node: str, port) -> list[str]:
     return [
-        sys.executable, "-m", "torch.distributed.run", f"--nnodes={len(plan(cfg))}", f"--node-rank={node}",
+        sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--node-rank={node}",
         f"--nproc-per-node={nprocs}", f"--master-addr={first_node}", f"--master-port={port}",
         "--max-restarts=0", "--monitor-interval=0.5", "-m", "ddlbench.launch.worker", str(run_dir),
     ]
@@ -277,7 +276,7 @@ def node_main(run_dir: str, rec: dict) -> int:
     if cfg.engine.name == "horovod":
         cmd = _horovod_command(cfg, run_dir, job.hostnames, counts) if node == 0 else None
     else:
-        cmd = node_command(cfg, run_dir, node, counts[node], job.hostnames[0], port)
+        cmd = node_command(run_dir, node, counts[node], len(counts), job.hostnames[0], port)
     if cmd is None:  # horovodrun on node 0 starts the ranks of every node
         while not (run_dir / "result.json").exists() and not any(run_dir.glob("error-rank*.json")):
             time.sleep(POLL_S)
@@ -292,11 +291,9 @@ def node_main(run_dir: str, rec: dict) -> int:
 
 
 def _horovod_command(cfg, run_dir: Path, hosts: list[str], counts: list[int]) -> list[str]:
+    """horovodrun on node 0 over every node of the job (ssh to the others, as horovodrun does)."""
     from . import horovodrun
 
-    from omegaconf import OmegaConf
-
     hosts_arg = ",".join(f"{h}:{n}" for h, n in zip(hosts, counts)) if len(hosts) > 1 else None
-    sub = OmegaConf.merge(cfg, {"launcher": {"hosts": hosts_arg, "extra_args": [],
-                                             "network_interface": cfg.launcher.get("network_interface")}})
-    return horovodrun.command(sub, run_dir, {})
+    return horovodrun.argv(sum(counts), hosts_arg, cfg.launcher.get("network_interface"), cfg.comm_timeout_s) + \
+        [sys.executable, "-m", "ddlbench.launch.worker", str(run_dir)]

@@ -130,10 +130,12 @@ def broadcast_parameters(params, ctx) -> None:
     if ctx.world == 1:
         return
     if ctx.extra.get("engine") == "horovod":
-        from .transport import HorovodAllReduce
+        from ddlbench.engines import import_horovod
 
+        hvd = import_horovod()
         with torch.no_grad():
-            HorovodAllReduce(ctx).broadcast([p.data for p in params])
+            for i, p in enumerate(params):
+                hvd.broadcast_(p.data, root_rank=0, name=f"ddlbench.broadcast.{i}")
         return
     import torch.distributed as dist
 

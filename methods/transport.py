@@ -69,10 +69,6 @@ class AllReduce:
         """One blocking sum, untraced (MG-WFBP's alpha-beta microbenchmark)."""
         dist.all_reduce(t, group=self.group)
 
-    def broadcast(self, tensors) -> None:
-        for t in tensors:
-            dist.broadcast(t, src=0, group=self.group)
-
 
 class HorovodAllReduce:
     """The same averaging over Horovod: `allreduce_async_` per message, Horovod's own fusion
@@ -162,10 +158,6 @@ class HorovodAllReduce:
 
     def benchmark(self, t: torch.Tensor) -> None:
         self.hvd.allreduce_(t, name="ddlbench.benchmark", op=self.hvd.Sum)
-
-    def broadcast(self, tensors) -> None:
-        for i, t in enumerate(tensors):
-            self.hvd.broadcast_(t, root_rank=0, name=f"ddlbench.broadcast.{i}")
 
     def close(self) -> None:
         with self._cond:

@@ -49,3 +49,15 @@ def reference_parameters(run_dir: Path) -> dict[str, torch.Tensor]:
         opt.step()
         opt.zero_grad()
     return {n: p.detach() for n, p in w.model.named_parameters()}
+
+
+def iterations(rec, rank: int = 0) -> dict:
+    """{iteration: {category: [trace events]}} of one rank's trace."""
+    from collections import defaultdict
+
+    from ddlbench.trace import load
+
+    by_iter = defaultdict(lambda: defaultdict(list))
+    for e in load(rec["trace"][rank]):
+        by_iter[e["args"]["iter"]][e["cat"]].append(e)
+    return by_iter

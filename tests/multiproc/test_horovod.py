@@ -4,7 +4,6 @@ trace with Horovod's own fusion switched off. Skipped, with the reason, where Ho
 installed (`make horovod`)."""
 from __future__ import annotations
 
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ import torch
 from ddlbench.engines import horovod_available
 from ddlbench.trace import load as load_trace
 
-from helpers import ddlbench, records, reference_parameters
+from helpers import ddlbench, iterations, records, reference_parameters
 
 ok, why = horovod_available()
 pytestmark = [pytest.mark.multiproc, pytest.mark.skipif(not ok, reason=why)]
@@ -72,16 +71,9 @@ def test_horovod_fusion_is_off_for_the_methods_and_default_for_its_optimizer(run
     assert "HOROVOD_FUSION_THRESHOLD" not in runs[("horovod", "horovodrun", "horovod")]["env"]
 
 
-def comm_by_iter(rec, rank=0):
-    by_iter = defaultdict(lambda: defaultdict(list))
-    for e in load_trace(rec["trace"][rank]):
-        by_iter[e["args"]["iter"]][e["cat"]].append(e)
-    return by_iter
-
-
 def test_wfbp_on_horovod_sends_each_tensor_during_backward(runs):
     rec = runs[("horovod", "horovodrun", "wfbp-a2a")]
-    for cats in comm_by_iter(rec).values():
+    for cats in iterations(rec).values():
         bw = cats["backward"][0]
         assert len(cats["comm"]) == 29 and all(len(c["args"]["tensors"]) == 1 for c in cats["comm"])
         assert min(c["ts"] for c in cats["comm"]) < bw["ts"] + bw["dur"]
@@ -89,7 +81,7 @@ def test_wfbp_on_horovod_sends_each_tensor_during_backward(runs):
 
 def test_bsp_on_horovod_sends_one_message_after_backward(runs):
     rec = runs[("horovod", "horovodrun", "bsp-a2a")]
-    for cats in comm_by_iter(rec).values():
+    for cats in iterations(rec).values():
         bw = cats["backward"][0]
         assert [c["args"]["bytes"] for c in cats["comm"]] == rec["groups"]
         assert cats["comm"][0]["ts"] >= bw["ts"] + bw["dur"]
@@ -98,7 +90,7 @@ def test_bsp_on_horovod_sends_one_message_after_backward(runs):
 def test_mgwfbp_on_horovod_sends_its_recorded_groups(runs):
     rec = runs[("horovod", "horovodrun", "mg-wfbp")]
     assert 1 < len(rec["groups"]) < 29
-    for cats in comm_by_iter(rec).values():
+    for cats in iterations(rec).values():
         assert sorted(c["args"]["bytes"] for c in cats["comm"]) == sorted(rec["groups"])
 
 

@@ -8,7 +8,6 @@ beta fitted at start-up.
 """
 from __future__ import annotations
 
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ from ddlbench.config import choices
 from ddlbench.trace import CATEGORIES
 from ddlbench.trace import load as load_trace
 
-from helpers import ddlbench, records, reference_parameters
+from helpers import ddlbench, iterations, records, reference_parameters
 
 pytestmark = pytest.mark.multiproc
 
@@ -64,13 +63,6 @@ def test_lossless_same_parameters_as_single_process_sgd(runs, model, method):
         torch.testing.assert_close(got[name], ref, rtol=1e-5, atol=1e-6, msg=lambda m: f"{method} {model} {name}: {m}")
     fp = rec["param_fingerprint"]
     assert fp["sum"] == pytest.approx(sum(float(p.double().sum()) for p in got.values()), rel=1e-9)
-
-
-def iterations(rec, rank: int = 0) -> dict[int, dict[str, list]]:
-    by_iter = defaultdict(lambda: defaultdict(list))
-    for e in load_trace(rec["trace"][rank]):
-        by_iter[e["args"]["iter"]][e["cat"]].append(e)
-    return by_iter
 
 
 def param_names(rec) -> set[str]:
