@@ -14,6 +14,7 @@ records a failure Slurm caused (time limit, cancel, node failure) that the job c
 """
 from __future__ import annotations
 
+import functools
 import math
 import shutil
 import subprocess
@@ -87,14 +88,16 @@ def check(cfg) -> None:
                           f"{L.partition!r}, which has {nodes}; accepted: at most {nodes} nodes")
 
 
-def _sinfo(*fmt: str) -> list[str] | None:
+@functools.lru_cache(maxsize=None)
+def _sinfo(*fmt: str) -> tuple[str, ...] | None:
+    """sinfo's answer, asked once per process: a sweep checks every combination against it."""
     if shutil.which("sinfo") is None:
         return None
     try:
         out = subprocess.run(["sinfo", "-h", *fmt], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return out.stdout.split() if out.returncode == 0 else None
+    return tuple(out.stdout.split()) if out.returncode == 0 else None
 
 
 def partitions() -> list[str]:
