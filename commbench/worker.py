@@ -1,10 +1,11 @@
 """One commbench job, run by every rank: under torchrun (torch.distributed backends), mpiexec
 (mpi4py) or horovodrun (Horovod). Reads a JSON spec, writes one JSON line per measurement from rank 0.
 
-Per (collective, dtype, device, size): `warmup` untimed calls, then `iters` calls each timed on
-its own (the op and its wait; device synchronised on GPU). As in nccl-tests, the reported time
-is the slowest rank's mean; min, max and p50 are that rank's. (The mean of per-call maxima
-would be biased upward by noise on every call.)
+Per (collective, dtype, device, size): `warmup` untimed calls, then `iters` calls back to back
+with a timestamp after each one's wait (a CUDA event on GPU), so a call's time runs from the
+previous call's completion to its own and the times sum to the loop's. As in nccl-tests, the
+reported time is the slowest rank's mean; min, max and p50 are that rank's. (The mean of
+per-call maxima would be biased upward by noise on every call.)
 Then fresh buffers, one more call, and `wrong` counts the elements that differ from the exact
 expected result, summed over ranks.
 """
@@ -144,6 +145,47 @@ class Horovod:
         self.hvd.barrier()
 
 
+class HostClock:
+    """A timestamp after each call: the calls run to completion on the host (gloo, MPI, Horovod)."""
+
+    def __init__(self, iters: int):
+        self.stamps = [0.0] * (iters + 1)
+
+    def mark(self, i: int) -> None:
+        self.stamps[i] = time.perf_counter()
+
+    def durations_s(self) -> list[float]:
+        return [b - a for a, b in zip(self.stamps, self.stamps[1:])]
+
+
+class CudaClock:
+    """A CUDA event on the current stream after each call's wait, read after one synchronize at
+    the end: the host never stalls between calls, so launches pipeline as in a bare loop."""
+
+    def __init__(self, iters: int):
+        self.events = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
+
+    def mark(self, i: int) -> None:
+        self.events[i].record()
+
+    def durations_s(self) -> list[float]:
+        torch.cuda.synchronize()
+        return [a.elapsed_time(b) / 1e3 for a, b in zip(self.events, self.events[1:])]
+
+
+def timed_calls(be, coll, inp, out, iters: int) -> list[float]:
+    """`iters` back-to-back calls; call i's time runs from call i-1's completion to its own, so
+    the times sum to the loop's time (nccl-tests' block mean) and the loop adds nothing but one
+    timestamp per call. See benchmarks/commbench_overhead.py."""
+    clock = (CudaClock if be.device.type == "cuda" else HostClock)(iters)
+    run, mark = be.run, clock.mark
+    mark(0)
+    for i in range(1, iters + 1):
+        run(coll, inp, out)
+        mark(i)
+    return clock.durations_s()
+
+
 def measure(be, coll, dtype, nbytes: int, spec) -> dict:
     numel = max(1, nbytes // torch.tensor([], dtype=dtype).element_size())
     inp, out, _ = coll.setup(numel, be.n, be.rank, dtype, be.device)
@@ -151,12 +193,7 @@ def measure(be, coll, dtype, nbytes: int, spec) -> dict:
         be.run(coll, inp, out)
     be.sync()
     be.barrier()
-    times = []
-    for _ in range(spec["iters"]):
-        t0 = time.perf_counter()
-        be.run(coll, inp, out)
-        be.sync()
-        times.append(time.perf_counter() - t0)
+    times = timed_calls(be, coll, inp, out, spec["iters"])
     times = be.slowest(times)
     inp, out, expected = coll.setup(numel, be.n, be.rank, dtype, be.device)
     be.run(coll, inp, out)

@@ -53,3 +53,29 @@ def test_recommendation_merges_sizes_and_never_picks_a_wrong_answer():
     assert report.recommend(rows) == {"all_reduce fp32 cpu x2": "mpi4py for 4 B..16 B; gloo for 64 B..256 B"}
     text = report.render(rows)
     assert "| mpi4py  | 256" in text and "all_reduce, fp32, cpu, 2 workers" in text
+
+
+def test_timed_calls_cover_the_whole_loop_one_time_per_call():
+    """Each call's time runs from the previous call's completion to its own: one time per call,
+    none shorter than the call, and together exactly the loop's span (nccl-tests' block mean)."""
+    import time
+
+    import torch
+
+    from ddlbench.commbench.worker import timed_calls
+
+    calls = []
+
+    class Sleepy:
+        device = torch.device("cpu")
+
+        def run(self, coll, inp, out):
+            calls.append(time.perf_counter())
+            time.sleep(0.002)
+
+    t0 = time.perf_counter()
+    times = timed_calls(Sleepy(), None, None, None, 5)
+    span = time.perf_counter() - t0
+    assert len(times) == len(calls) == 5
+    assert all(t >= 0.002 for t in times)
+    assert span - 0.0015 <= sum(times) <= span  # a dropped call would lose at least 2 ms
