@@ -129,7 +129,8 @@ def launch(backend: str, device: str, workers: int, spec: dict, timeout: float) 
             from ddlbench.engines import unfused_env
             from ddlbench.launch.horovodrun import argv
 
-            env.update(unfused_env())  # one collective per call, as for the methods
+            # one collective per call, as for the methods; HOROVOD_* set by the user win
+            env.update({k: v for k, v in unfused_env().items() if k not in os.environ})
             cmd = argv(workers, None, None) + [sys.executable, "-m", "ddlbench.commbench.worker", f"{tmp}/spec.json"]
         else:
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={workers}",
@@ -139,7 +140,7 @@ def launch(backend: str, device: str, workers: int, spec: dict, timeout: float) 
         rows = [json.loads(line) for line in Path(spec["out"]).read_text().splitlines()] if Path(spec["out"]).exists() else []
         if proc.returncode != 0 and not rows:
             rows = [{"error": f"{backend} x{workers} job exited with {proc.returncode}"}]
-        return rows
+        return [{**r, "env": record.env_knobs(env)} for r in rows]  # the knobs this job ran with
 
 
 def main(argv=None) -> int:
