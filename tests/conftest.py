@@ -1,6 +1,7 @@
 """Test tiers, by what a test needs: tests/unit (pure, in-process), tests/multiproc (several
-worker processes on this host, CPU and Gloo). GPU and cluster tests carry the `gpu` and
-`cluster` markers and skip, with the reason, where those are absent."""
+worker processes on this host, CPU and Gloo), tests/gpu (CUDA workers and NCCL) and
+tests/cluster (a real Slurm). GPU and cluster tests carry the `gpu` and `cluster` markers and
+skip, with the reason, where those are absent."""
 import pytest
 
 

@@ -1,0 +1,98 @@
+"""GPU tier: CUDA workers, NCCL. Every test here skips, with the reason, where CUDA GPUs are
+absent (conftest) or fewer than it needs: NCCL refuses two ranks on one GPU, so the
+multi-worker tests need two GPUs.
+
+TF32 is off (NVIDIA_TF32_OVERRIDE=0) so that GPU fp32 training can be held to single-process
+SGD computed on the CPU: the two then differ only by summation order.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from ddlbench.commbench.collectives import COLLECTIVES
+from helpers import REPO, ddlbench, records, reference_parameters
+
+pytestmark = pytest.mark.gpu
+
+GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
+two_gpus = pytest.mark.skipif(GPUS < 2, reason=f"needs 2 GPUs (NCCL: one rank per GPU); {GPUS} visible")
+PROTOCOL = ["model=tiny-resnet", "device=cuda", "profile.warmup_iters=1", "profile.measured_iters=3",
+            "profile.repeats=1", "local_batch=4", "save_params=true", "trace=true"]
+# The all-reduce methods on NCCL, and the PS methods with their CPU servers (Gloo to the servers).
+METHODS = ["bsp-a2a", "wfbp-a2a", "mg-wfbp", "bytescheduler-a2a", "ddp", "bsp-ps", "bytescheduler-ps"]
+
+
+@pytest.fixture(autouse=True)
+def no_tf32(monkeypatch):
+    monkeypatch.setenv("NVIDIA_TF32_OVERRIDE", "0")
+
+
+def assert_lossless(rec):
+    assert rec["status"] == "ok", rec.get("error")
+    got = torch.load(Path(rec["run_dir"]) / "params.pt")
+    want = reference_parameters(Path(rec["run_dir"]))
+    assert got.keys() == want.keys()
+    for name, ref in want.items():
+        # A wrong average moves parameters by ~lr * grad (~1e-3); summation order by ~1e-6.
+        torch.testing.assert_close(got[name], ref, rtol=1e-4, atol=1e-5, msg=lambda m: f"{rec['method']} {name}: {m}")
+
+
+def test_one_gpu_worker_trains_like_single_process_sgd(tmp_path):
+    ddlbench("method=bsp-a2a", "workers=1", *PROTOCOL, results=tmp_path, check=True)
+    (rec,) = records(tmp_path)
+    assert rec["device"] == "cuda" and rec["samples_per_sec"] > 0
+    assert_lossless(rec)
+
+
+@two_gpus
+@pytest.mark.parametrize("method", METHODS)
+def test_methods_on_two_gpus_are_lossless(tmp_path, method):
+    ddlbench(f"method={method}", "workers=2", *PROTOCOL, results=tmp_path, check=True, timeout=600)
+    (rec,) = records(tmp_path)
+    assert rec["device"] == "cuda" and rec["backend"] == "nccl" and rec["workers"] == 2
+    assert_lossless(rec)
+
+
+@two_gpus
+def test_commbench_nccl_every_collective_correct_on_cuda_tensors(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "ddlbench.commbench", "--results", str(tmp_path), "--backends",
+                           "nccl", "--devices", "cuda", "--workers", "2", "--collectives", ",".join(COLLECTIVES),
+                           "--dtypes", "fp32,fp16,bf16", "--max-bytes", "1MiB", "--iters", "5", "--mode", "sizes"],
+                          cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [json.loads(line) for line in (tmp_path / "commbench.jsonl").read_text().splitlines()]
+    assert {(r["collective"], r["dtype"]) for r in rows} == {(c, d) for c in COLLECTIVES for d in ("fp32", "fp16", "bf16")}
+    for r in rows:
+        assert r["backend"] == "nccl" and r["device"] == "cuda" and r["fallback_from"] is None
+        assert "unsupported" not in r and r["wrong"] == 0 and 0 < r["time_us_min"] <= r["time_us_p50"] <= r["time_us_max"]
+
+
+def test_cuda_clock_times_each_call_and_covers_the_loop():
+    """commbench's CUDA timing: one event after each call, read after the loop; a call that keeps
+    the GPU busy for a known while shows up in every one of the times."""
+    from ddlbench.commbench.worker import timed_calls
+
+    x = torch.randn(2048, 2048, device="cuda")
+
+    class Matmuls:
+        device = x.device
+
+        def run(self, coll, inp, out):
+            for _ in range(10):
+                x @ x
+
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    times = timed_calls(Matmuls(), None, None, None, 5)
+    end.record()
+    torch.cuda.synchronize()
+    span_s = start.elapsed_time(end) / 1e3
+    assert len(times) == 5 and min(times) > 0.2 * max(times)  # each call's GPU work, not launch time
+    assert 0.9 * span_s <= sum(times) <= span_s
