@@ -123,18 +123,20 @@ def launch(backend: str, device: str, workers: int, spec: dict, timeout: float) 
                 "torch_backend": backend}
         Path(f"{tmp}/spec.json").write_text(json.dumps(spec))
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        target = ["-m", "ddlbench.commbench.worker", f"{tmp}/spec.json"]
         if backend == "mpi4py":
-            cmd = [mpiexec(), "-n", str(workers), sys.executable, "-m", "ddlbench.commbench.worker", f"{tmp}/spec.json"]
+            cmd = [mpiexec(), "-n", str(workers), sys.executable, *target]
         elif backend == "horovod":
             from ddlbench.engines import unfused_env
             from ddlbench.launch.horovodrun import argv
 
             # one collective per call, as for the methods; HOROVOD_* set by the user win
             env.update({k: v for k, v in unfused_env().items() if k not in os.environ})
-            cmd = argv(workers, None, None) + [sys.executable, "-m", "ddlbench.commbench.worker", f"{tmp}/spec.json"]
+            cmd = argv(workers, None, None) + [sys.executable, *target]
         else:
-            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={workers}",
-                   "--max-restarts=0", "-m", "ddlbench.commbench.worker", f"{tmp}/spec.json"]
+            from ddlbench.launch.local import torchrun
+
+            cmd = torchrun(workers, target)
         proc = subprocess.run(cmd, env=env, timeout=timeout, stdout=subprocess.DEVNULL,
                               stderr=None if sys.stderr.isatty() else subprocess.DEVNULL)
         rows = [json.loads(line) for line in Path(spec["out"]).read_text().splitlines()] if Path(spec["out"]).exists() else []
@@ -150,8 +152,7 @@ def main(argv=None) -> int:
         print(f"commbench: error: {exc}", file=sys.stderr)
         return 2
     out_path = Path(a.results) / "commbench.jsonl"
-    base = {"started_at": record.now_iso(), "versions": record.versions(), "git_commit": record.git_commit(),
-            "env": record.env_knobs()}
+    base = {"started_at": record.now_iso(), "versions": record.versions(), "git_commit": record.git_commit()}
     spec = {"collectives": a.collectives, "dtypes": a.dtypes, "min_bytes": a.min_bytes, "max_bytes": a.max_bytes,
             "factor": a.factor, "iters": a.iters, "warmup": a.warmup, "group_bytes": a.group_bytes,
             "fusion_models": a.fusion_models.split(","), "fusion_iters": a.fusion_iters, "fusion_warmup": 2}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import uuid
 from pathlib import Path
 
@@ -14,6 +15,17 @@ from omegaconf import OmegaConf
 
 from ddlbench import record
 from ddlbench.config import threads_per_worker
+
+
+def worker_args(run_dir: Path) -> list[str]:
+    """`-m ddlbench.launch.worker RUN_DIR`: what every rank runs, after torchrun or a Python."""
+    return ["-m", "ddlbench.launch.worker", str(run_dir)]
+
+
+def worker_command(run_dir: Path) -> list[str]:
+    """A rank as a Python process of its own (under horovodrun or mpirun)."""
+    return [sys.executable, *worker_args(run_dir)]
+
 
 def run(cfg) -> dict:
     results = Path(cfg.results_dir)

@@ -29,6 +29,8 @@ def argv(n: int, hosts: str | None, network_interface: str | None, timeout_s: fl
 
 
 def command(cfg, run_dir: Path, env: dict) -> list[str]:
+    from . import worker_command
+
     L = cfg.launcher
     return argv(cfg.workers + cfg.servers, L.get("hosts"), L.get("network_interface"), cfg.comm_timeout_s) + \
-        list(L.get("extra_args", [])) + [sys.executable, "-m", "ddlbench.launch.worker", str(run_dir)]
+        list(L.get("extra_args", [])) + worker_command(run_dir)

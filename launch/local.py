@@ -24,12 +24,17 @@ POLL_S = 0.2
 SYMPTOMS = ("Connection closed by peer", "Connection reset", "Timed out", "timed out", "no pull from server")
 
 
+def torchrun(nproc: int, target: list[str], rendezvous: list[str] = ("--standalone",)) -> list[str]:
+    """torchrun starting `nproc` processes of `target` on this host: no restarts, and a worker's
+    exit noticed within half a second."""
+    return [sys.executable, "-m", "torch.distributed.run", *rendezvous, f"--nproc-per-node={nproc}",
+            "--max-restarts=0", "--monitor-interval=0.5", *target]
+
+
 def command(cfg, run_dir: Path, env: dict | None = None) -> list[str]:
-    return [
-        sys.executable, "-m", "torch.distributed.run", "--standalone",
-        f"--nproc-per-node={cfg.workers + cfg.servers}", "--max-restarts=0", "--monitor-interval=0.5",
-        "-m", "ddlbench.launch.worker", str(run_dir),
-    ]
+    from . import worker_args
+
+    return torchrun(cfg.workers + cfg.servers, worker_args(run_dir))
 
 
 def start(cfg, run_dir: Path, env: dict, cmd: list[str] | None = None) -> tuple[int, str | None]:

@@ -6,6 +6,7 @@ engine=horovod, Horovod's MPI controller takes the same ranks.
 """
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -35,7 +36,7 @@ def flavour(exe: str) -> str:
 
 
 def command(cfg, run_dir: Path, env: dict) -> list[str]:
-    import os
+    from . import worker_command
 
     exe = executable(cfg)
     kind = flavour(exe)
@@ -56,7 +57,7 @@ def command(cfg, run_dir: Path, env: dict) -> list[str]:
     first = hosts.split(",")[0].split(":")[0] if hosts else "localhost"
     env["MASTER_ADDR"] = "127.0.0.1" if first == "localhost" else first
     env["MASTER_PORT"] = str(free_port())
-    return cmd + list(cfg.launcher.extra_args) + [sys.executable, "-m", "ddlbench.launch.worker", str(run_dir)]
+    return cmd + list(cfg.launcher.extra_args) + worker_command(run_dir)
 
 
 def free_port() -> int:

@@ -18,7 +18,6 @@ import functools
 import math
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -255,11 +254,11 @@ def _log_tail(run_dir: Path) -> str:
 
 # -- inside the job ----------------------------------------------------------------------------
 def node_command(run_dir: Path, node: int, nprocs: int, nnodes: int, first_node: str, port) -> list[str]:
-    return [
-        sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--node-rank={node}",
-        f"--nproc-per-node={nprocs}", f"--master-addr={first_node}", f"--master-port={port}",
-        "--max-restarts=0", "--monitor-interval=0.5", "-m", "ddlbench.launch.worker", str(run_dir),
-    ]
+    from . import worker_args
+    from .local import torchrun
+
+    return torchrun(nprocs, worker_args(run_dir), [f"--nnodes={nnodes}", f"--node-rank={node}",
+                                                   f"--master-addr={first_node}", f"--master-port={port}"])
 
 
 def node_main(run_dir: str, rec: dict) -> int:
@@ -295,8 +294,8 @@ def node_main(run_dir: str, rec: dict) -> int:
 
 def _horovod_command(cfg, run_dir: Path, hosts: list[str], counts: list[int]) -> list[str]:
     """horovodrun on node 0 over every node of the job (ssh to the others, as horovodrun does)."""
-    from . import horovodrun
+    from . import horovodrun, worker_command
 
     hosts_arg = ",".join(f"{h}:{n}" for h, n in zip(hosts, counts)) if len(hosts) > 1 else None
     return horovodrun.argv(sum(counts), hosts_arg, cfg.launcher.get("network_interface"), cfg.comm_timeout_s) + \
-        [sys.executable, "-m", "ddlbench.launch.worker", str(run_dir)]
+        worker_command(run_dir)
