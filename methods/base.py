@@ -34,6 +34,11 @@ class Context:
     group: Any = None  # the workers' process group (None: the default group, no servers)
     extra: dict = field(default_factory=dict)
 
+    @property
+    def comm_timeout_s(self) -> float:
+        """How long any wait on communication may take before the run fails (config `comm_timeout_s`)."""
+        return self.extra.get("comm_timeout_s", 30)
+
 
 class GradSync(ABC):
     """Averages gradients across workers; subclasses are the study's schedules."""

@@ -123,7 +123,7 @@ class ByteScheduler(GradSync):
     def _wait(self, event: threading.Event) -> None:
         """Wait for `event`; fail as soon as the dispatcher or the transport reports an error
         (a dead server or peer), and at the latest after `comm_timeout_s`."""
-        timeout = self.ctx.extra.get("comm_timeout_s", 30)
+        timeout = self.ctx.comm_timeout_s
         deadline = time.monotonic() + timeout
         while not event.wait(0.2):
             self.error = self.error or getattr(self.transport, "error", None)
@@ -250,7 +250,7 @@ class ByteScheduler(GradSync):
         with self.cond:
             self.stopping = True
             self.cond.notify_all()
-        self.thread.join(timeout=self.ctx.extra.get("comm_timeout_s", 30))
+        self.thread.join(timeout=self.ctx.comm_timeout_s)
         super().close()
 
     def describe(self) -> dict:

@@ -79,8 +79,7 @@ class PushPull:
 
     # -- set-up: every rank, servers included, takes part -----------------------------------
     def prepare(self, message_numels: list[int]) -> None:
-        self.parts = plan(message_numels, torch.tensor([], dtype=self.dtype).element_size(), self.partition_bytes, self.S)
-        announce_plan(self.parts, self.ctx, self.dtype)
+        self._plan(message_numels)
         self._pull_bufs = {p.key: torch.empty(p.numel, dtype=self.dtype, pin_memory=self._pin()) for ps in self.parts for p in ps}
         self._push_bufs = dict(self._pull_bufs) if self.ctx.device.type == "cpu" else \
             {k: torch.empty_like(v, pin_memory=True) for k, v in self._pull_bufs.items()}
@@ -95,6 +94,25 @@ class PushPull:
     def _pin(self) -> bool:
         return self.ctx.device.type == "cuda"
 
+    def _plan(self, message_numels: list[int]) -> None:
+        """Partition the messages and tell every rank, servers included, the plan."""
+        self.parts = plan(message_numels, torch.tensor([], dtype=self.dtype).element_size(), self.partition_bytes, self.S)
+        announce_plan(self.parts, self.ctx, self.dtype)
+
+    def _stage(self, part: Part, view: torch.Tensor, iteration: int, tensors, extra_args, on_done, on_pushed):
+        """The partition's handle, registered for its pull, and its push buffer holding `view`
+        (device -> pinned host on GPU; a copy also frees `view` for the pull)."""
+        h = _PartHandle(part, view, self, iteration, tensors, extra_args, on_done, on_pushed)
+        with self._lock:
+            self._pending[part.key] = h
+        buf = self._push_bufs[part.key]
+        buf.copy_(view)
+        return h, buf
+
+    def _join(self) -> None:
+        for t in self._threads:
+            t.join(timeout=self.ctx.comm_timeout_s)
+
     # -- push ------------------------------------------------------------------------------
     def reduce_async(self, flat: torch.Tensor, *, iteration: int, tensors: list[str], group: int,
                      extra_args: dict | None = None, on_done=None, on_pushed=None):
@@ -106,11 +124,7 @@ class PushPull:
 
     def push(self, part: Part, view: torch.Tensor, iteration: int, tensors, extra_args=None, on_done=None,
              on_pushed=None) -> "_PartHandle":
-        h = _PartHandle(part, view, self, iteration, tensors, extra_args, on_done, on_pushed)
-        with self._lock:
-            self._pending[part.key] = h
-        buf = self._push_bufs[part.key]
-        buf.copy_(view)  # device -> pinned host on GPU; a copy also frees `view` for the pull
+        h, buf = self._stage(part, view, iteration, tensors, extra_args, on_done, on_pushed)
         dst = self.W + part.server
         header = torch.tensor([part.key, iteration], dtype=torch.int64)
         with self._send_locks[part.server]:  # a header and its payload go out back to back
@@ -164,8 +178,7 @@ class PushPull:
             with self._send_locks[s]:
                 dist.send(torch.tensor([STOP, -1], dtype=torch.int64), dst=self.W + s, tag=0)
         self._acks.put(None)
-        for t in self._threads:
-            t.join(timeout=self.ctx.extra.get("comm_timeout_s", 30))
+        self._join()
 
 
 class _PartHandle:
@@ -199,7 +212,7 @@ class _PartHandle:
             self.on_done()
 
     def wait(self) -> None:
-        timeout = self.transport.ctx.extra.get("comm_timeout_s", 30)
+        timeout = self.transport.ctx.comm_timeout_s
         self.acked.wait(timeout)
         if not self.event.wait(timeout) or self.transport.error is not None:
             raise RuntimeError(f"no pull from server {self.part.server} for partition {self.part.key} "

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .ps import PushPull, _PartHandle, announce_plan, receive_plan
+from .ps import PushPull, receive_plan
 
 PUSH, ACK, PULL, STOP = 0, 1, 2, 3
 
@@ -54,14 +54,11 @@ class ZmqPushPull(PushPull):
     def prepare(self, message_numels: list[int]) -> None:
         import zmq
 
-        from .ps import plan
-
-        self.parts = plan(message_numels, torch.tensor([], dtype=self.dtype).element_size(), self.partition_bytes, self.S)
-        announce_plan(self.parts, self.ctx, self.dtype)
+        self._plan(message_numels)
         addrs = exchange_addresses(None)
         self.server_addrs = [addrs[self.W + s] for s in range(self.S)]
-        self._pull_bufs = {p.key: torch.empty(p.numel, dtype=self.dtype) for ps in self.parts for p in ps}
-        self._push_bufs = {k: torch.empty_like(v, pin_memory=self.ctx.device.type == "cuda") for k, v in self._pull_bufs.items()}
+        # pulls arrive in ZeroMQ's own frames; only pushes need buffers of their own
+        self._push_bufs = {p.key: torch.empty(p.numel, dtype=self.dtype, pin_memory=self._pin()) for ps in self.parts for p in ps}
         self._zctx = zmq.Context.instance()
         self._outbox: queue.SimpleQueue = queue.SimpleQueue()
         self._wake_addr = f"inproc://ddlbench-wake-{id(self)}"
@@ -70,17 +67,12 @@ class ZmqPushPull(PushPull):
         self._wake_tx = self._zctx.socket(zmq.PAIR)
         self._wake_tx.connect(self._wake_addr)
         self._wake_lock = threading.Lock()
-        self._acked: dict[int, _PartHandle] = {}
         t = threading.Thread(target=self._io, daemon=True, name="zmq-io")
         t.start()
         self._threads = [t]
 
     def push(self, part, view, iteration, tensors, extra_args=None, on_done=None, on_pushed=None):
-        h = _PartHandle(part, view, self, iteration, tensors, extra_args, on_done, on_pushed)
-        with self._lock:
-            self._pending[part.key] = h
-        buf = self._push_bufs[part.key]
-        buf.copy_(view)
+        h, buf = self._stage(part, view, iteration, tensors, extra_args, on_done, on_pushed)
         self._outbox.put((part.server, _header(PUSH, part.key, iteration), buf))
         self._wake()
         return h
@@ -144,8 +136,7 @@ class ZmqPushPull(PushPull):
         for s in range(self.S):
             self._outbox.put((s, _header(STOP, -1, -1), torch.zeros(1, dtype=torch.uint8)))
         self._wake()
-        for t in self._threads:
-            t.join(timeout=self.ctx.extra.get("comm_timeout_s", 30))
+        self._join()
 
 
 def serve(rank: int, workers: int, tracer, timeout_s: float) -> dict:

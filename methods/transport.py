@@ -21,34 +21,51 @@ class Handle:
             self._on_wait()
 
 
-class AllReduce:
-    """Averages a flat tensor in place: pre-divide by the world size, then sum."""
-
-    name = "allreduce"
+class _Averaging:
+    """What the all-reduce transports share: no plan, a message averaged in place by
+    pre-dividing by the world size and summing, one `comm` trace event per message."""
 
     def __init__(self, ctx):
         self.ctx = ctx
-        self.group = ctx.group
         self.error: BaseException | None = None
 
     def prepare(self, message_numels: list[int]) -> None:
         pass  # collectives need no plan
 
+    def _alone(self, on_done) -> bool:
+        """One worker: nothing to send; the average is already in place."""
+        if self.ctx.world > 1:
+            return False
+        if on_done is not None:
+            on_done()
+        return True
+
+    @staticmethod
+    def _args(flat: torch.Tensor, iteration: int, tensors: list[str], group: int, extra_args: dict | None) -> dict:
+        return {"iter": iteration, "bytes": flat.numel() * flat.element_size(), "tensors": tensors, "group": group,
+                **(extra_args or {})}
+
+
+class AllReduce(_Averaging):
+    """Averages a flat tensor in place over torch.distributed."""
+
+    name = "allreduce"
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.group = ctx.group
+
     def reduce_async(self, flat: torch.Tensor, *, iteration: int, tensors: list[str], group: int,
                      extra_args: dict | None = None, on_done=None) -> Handle:
         """`on_done()` runs on the backend's thread once the average is in `flat`."""
-        world = self.ctx.world
         tracer = self.ctx.tracer
-        if world == 1:
-            if on_done is not None:
-                on_done()
+        if self._alone(on_done):
             return Handle(None)
-        flat.div_(world)
+        flat.div_(self.ctx.world)
         t0 = tracer.now_us() if tracer.enabled else 0.0
         work = dist.all_reduce(flat, group=self.group, async_op=True)
         if tracer.enabled or on_done is not None:
-            args = {"iter": iteration, "bytes": flat.numel() * flat.element_size(), "tensors": tensors,
-                    "group": group, **(extra_args or {})}
+            args = self._args(flat, iteration, tensors, group, extra_args)
 
             def done(fut, t0=t0, args=args):
                 try:
@@ -70,7 +87,7 @@ class AllReduce:
         dist.all_reduce(t, group=self.group)
 
 
-class HorovodAllReduce:
+class HorovodAllReduce(_Averaging):
     """The same averaging over Horovod: `allreduce_async_` per message, Horovod's own fusion
     off (see `engines.horovod_env`). Horovod has no completion callbacks, so when a trace or an
     `on_done` needs the moment a message lands, one poller thread watches the handles; the
@@ -84,25 +101,19 @@ class HorovodAllReduce:
 
         from ddlbench.engines import import_horovod
 
+        super().__init__(ctx)
         self.hvd = import_horovod()
-        self.ctx = ctx
-        self.error: BaseException | None = None
         self._pending: list = []  # (handle, t0, args, on_done, event)
         self._cond = threading.Condition()
         self._thread = None
         self._stop = False
-
-    def prepare(self, message_numels: list[int]) -> None:
-        pass
 
     def reduce_async(self, flat: torch.Tensor, *, iteration: int, tensors: list[str], group: int,
                      extra_args: dict | None = None, on_done=None) -> Handle:
         import threading
 
         hvd, tracer = self.hvd, self.ctx.tracer
-        if self.ctx.world == 1:
-            if on_done is not None:
-                on_done()
+        if self._alone(on_done):
             return Handle(None)
         flat.div_(self.ctx.world)
         t0 = tracer.now_us() if tracer.enabled else 0.0
@@ -110,8 +121,7 @@ class HorovodAllReduce:
         handle = hvd.allreduce_async_(flat, name=f"ddlbench.{group}", op=hvd.Sum)
         if not tracer.enabled and on_done is None:
             return Handle(None, on_wait=lambda: hvd.synchronize(handle))
-        args = {"iter": iteration, "bytes": flat.numel() * flat.element_size(), "tensors": tensors,
-                "group": group, **(extra_args or {})}
+        args = self._args(flat, iteration, tensors, group, extra_args)
         landed = threading.Event()
         with self._cond:
             self._pending.append((handle, t0, args, on_done, landed))
@@ -122,7 +132,7 @@ class HorovodAllReduce:
         return Handle(None, on_wait=lambda: self._wait(landed))
 
     def _wait(self, landed) -> None:
-        timeout = self.ctx.extra.get("comm_timeout_s", 30)
+        timeout = self.ctx.comm_timeout_s
         if not landed.wait(timeout) or self.error is not None:
             raise RuntimeError(f"Horovod all-reduce did not complete within {timeout} s: {self.error or 'peer dead or hung'}")
 
