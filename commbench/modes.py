@@ -28,21 +28,20 @@ def groups(be, spec, emit) -> None:
         pg = dist.new_group([2 * g, 2 * g + 1])
         if be.rank in (2 * g, 2 * g + 1):
             mine = pg
-    for nbytes in (spec["group_bytes"],):
-        x = torch.randn(max(1, nbytes // 4), device=be.device)
-        times = []
-        be.barrier()
-        for i in range(spec["warmup"] + spec["iters"]):
-            t0 = time.perf_counter()
-            if mine is not None:
-                dist.all_reduce(x, group=mine)
-            be.sync()
-            if i >= spec["warmup"]:
-                times.append(time.perf_counter() - t0)
-        times = be.slowest(times)
-        emit({"mode": "groups", "collective": "all_reduce", "dtype": "fp32", "device": spec["device"],
-              "workers": be.n, "groups": n_groups, "cores": os.cpu_count(), "wrong": 0,
-              **summarize(times, x.numel() * 4, "all_reduce", 2)})
+    x = torch.randn(max(1, spec["group_bytes"] // 4), device=be.device)
+    times = []
+    be.barrier()
+    for i in range(spec["warmup"] + spec["iters"]):
+        t0 = time.perf_counter()
+        if mine is not None:
+            dist.all_reduce(x, group=mine)
+        be.sync()
+        if i >= spec["warmup"]:
+            times.append(time.perf_counter() - t0)
+    times = be.slowest(times)
+    emit({"mode": "groups", "collective": "all_reduce", "dtype": "fp32", "device": spec["device"],
+          "workers": be.n, "groups": n_groups, "cores": os.cpu_count(), "wrong": 0,
+          **summarize(times, x.numel() * 4, "all_reduce", 2)})
 
 
 def gradient_numels(model_name: str) -> list[int]:

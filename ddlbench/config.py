@@ -183,9 +183,7 @@ def resolve(cfg: DictConfig) -> DictConfig:
 
 
 def _check_method(cfg) -> None:
-    from ddlbench.methods import SCHEDULES
-
-    from ddlbench.methods import ARCHITECTURES
+    from ddlbench.methods import ARCHITECTURES, PS_ENGINES, SCHEDULES
 
     m = cfg.method
     if m.schedule not in SCHEDULES:
@@ -198,11 +196,8 @@ def _check_method(cfg) -> None:
         raise ConfigError(f"servers={cfg.servers} with method={m.name}: a parameter-server method needs servers; accepted: 1 or more")
     if "partition_bytes" in m:
         _int(cfg, "method.partition_bytes", 1)
-    if m.architecture == "ps":
-        from ddlbench.methods import PS_ENGINES
-
-        if m.get("transport", "zmq") not in PS_ENGINES:
-            raise _bad("method.transport", m.transport, PS_ENGINES)
+    if m.architecture == "ps" and m.get("transport", "zmq") not in PS_ENGINES:
+        raise _bad("method.transport", m.transport, PS_ENGINES)
     if "credit_bytes" in m and m.credit_bytes < m.partition_bytes:
         raise ConfigError(f"method.credit_bytes={m.credit_bytes} is smaller than one partition "
                           f"(method.partition_bytes={m.partition_bytes}); accepted: >= {m.partition_bytes}")
