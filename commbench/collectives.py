@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 
 
-def _pattern(numel: int, rank: int, dtype, device, offset: int = 0) -> torch.Tensor:
+def pattern(numel: int, rank: int, dtype, device, offset: int = 0) -> torch.Tensor:
     i = torch.arange(offset, offset + numel, device=device)
     return ((rank + 1) + (i % 3)).to(dtype)
 
@@ -33,30 +33,30 @@ class Collective:
 
 
 def _all_reduce_setup(numel, n, rank, dtype, device):
-    x = _pattern(numel, rank, dtype, device)
+    x = pattern(numel, rank, dtype, device)
     return x, x, _sum_over_ranks(numel, n, dtype, device)
 
 
 def _broadcast_setup(numel, n, rank, dtype, device):
-    x = _pattern(numel, rank, dtype, device)
-    return x, x, _pattern(numel, 0, dtype, device)
+    x = pattern(numel, rank, dtype, device)
+    return x, x, pattern(numel, 0, dtype, device)
 
 
 def _reduce_setup(numel, n, rank, dtype, device):
-    x = _pattern(numel, rank, dtype, device)
+    x = pattern(numel, rank, dtype, device)
     return x, x, _sum_over_ranks(numel, n, dtype, device) if rank == 0 else None
 
 
 def _all_gather_setup(numel, n, rank, dtype, device):
     per = max(1, numel // n)
     out = torch.empty(per * n, dtype=dtype, device=device)
-    expected = torch.cat([_pattern(per, r, dtype, device) for r in range(n)])
-    return _pattern(per, rank, dtype, device), out, expected
+    expected = torch.cat([pattern(per, r, dtype, device) for r in range(n)])
+    return pattern(per, rank, dtype, device), out, expected
 
 
 def _reduce_scatter_setup(numel, n, rank, dtype, device):
     per = max(1, numel // n)
-    inp = _pattern(per * n, rank, dtype, device)
+    inp = pattern(per * n, rank, dtype, device)
     return inp, torch.empty(per, dtype=dtype, device=device), _sum_over_ranks(per, n, dtype, device, offset=rank * per)
 
 

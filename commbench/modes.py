@@ -16,6 +16,7 @@ import time
 
 import torch
 
+from ddlbench.commbench.collectives import pattern
 from ddlbench.commbench.worker import summarize
 from ddlbench.methods.grouped import fuse_by_threshold
 
@@ -39,8 +40,16 @@ def groups(be, spec, emit) -> None:
         if i >= spec["warmup"]:
             times.append(time.perf_counter() - t0)
     times = be.slowest(times)
+    # then one checked call: each pair must hold the sum of its own two ranks' values
+    wrong = 0
+    if mine is not None:
+        pair = 2 * (be.rank // 2)
+        x = pattern(x.numel(), be.rank, torch.float32, be.device)
+        dist.all_reduce(x, group=mine)
+        expected = pattern(x.numel(), pair, torch.float32, be.device) + pattern(x.numel(), pair + 1, torch.float32, be.device)
+        wrong = int((x != expected).sum().item())
     emit({"mode": "groups", "collective": "all_reduce", "dtype": "fp32", "device": spec["device"],
-          "workers": be.n, "groups": n_groups, "cores": os.cpu_count(), "wrong": 0,
+          "workers": be.n, "groups": n_groups, "cores": os.cpu_count(), "wrong": be.total(wrong),
           **summarize(times, x.numel() * 4, "all_reduce", 2)})
 
 
@@ -69,10 +78,8 @@ def fusion(be, spec, emit) -> None:
         }
         for name, groups_ in strategies.items():
             buffers = [torch.empty(sum(numels[i] for i in g), device=be.device) if len(g) > 1 else None for g in groups_]
-            times = []
-            for it in range(spec["fusion_warmup"] + spec["fusion_iters"]):
-                be.barrier()
-                t0 = time.perf_counter()
+
+            def all_reduce_once() -> None:
                 works = []
                 for g, buf in zip(groups_, buffers):
                     if buf is None:
@@ -82,15 +89,26 @@ def fusion(be, spec, emit) -> None:
                         works.append(dist.all_reduce(buf, async_op=True))
                 for g, buf, w in zip(groups_, buffers, works):
                     w.wait()
-                    if buf is not None:  # copy the averages back into the gradients
+                    if buf is not None:  # copy the sums back into the gradients
                         offset = 0
                         for i in g:
                             grads[i].copy_(buf[offset:offset + numels[i]])
                             offset += numels[i]
                 be.sync()
+
+            times = []
+            for it in range(spec["fusion_warmup"] + spec["fusion_iters"]):
+                be.barrier()
+                t0 = time.perf_counter()
+                all_reduce_once()
                 if it >= spec["fusion_warmup"]:
                     times.append(time.perf_counter() - t0)
             times = be.slowest(times)
+            # then one checked round: rank r gives r + 1 everywhere, so every element must sum to n(n+1)/2
+            for grad in grads:
+                grad.fill_(be.rank + 1)
+            all_reduce_once()
+            wrong = sum(int((grad != be.n * (be.n + 1) // 2).sum().item()) for grad in grads)
             emit({"mode": "fusion", "model": model, "strategy": name, "messages": len(groups_), "tensors": len(numels),
-                  "collective": "all_reduce", "dtype": "fp32", "device": spec["device"], "workers": be.n, "wrong": 0,
-                  **summarize(times, total * 4, "all_reduce", be.n)})
+                  "collective": "all_reduce", "dtype": "fp32", "device": spec["device"], "workers": be.n,
+                  "wrong": be.total(wrong), **summarize(times, total * 4, "all_reduce", be.n)})

@@ -70,4 +70,5 @@ def test_the_seeds_experiments_groups_and_fusion(tmp_path):
     fusion = {(r["strategy"], r["workers"]): r for r in rows if r["mode"] == "fusion"}
     assert {s for s, _ in fusion} == {"per_tensor", "fused", "buckets_25MiB"}
     assert fusion[("per_tensor", 2)]["messages"] == 29 and fusion[("fused", 2)]["messages"] == 1
+    assert all(r["wrong"] == 0 for r in rows)  # each mode ends with one checked round
     assert "seed 003" in proc.stdout and "seed 002" in proc.stdout
