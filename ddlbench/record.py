@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import fcntl
+import functools
 import importlib.metadata
 import json
 import os
@@ -46,14 +47,20 @@ def append(path: Path, *records: dict) -> None:
         os.replace(tmp, path)
 
 
-def versions() -> dict:
+@functools.lru_cache(maxsize=None)
+def _versions() -> tuple:
     out = {"python": platform.python_version()}
     for name in PACKAGES:
         try:
             out[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             pass
-    return out
+    return tuple(out.items())
+
+
+def versions() -> dict:
+    """Python's and the packages' versions, looked up once per process (a sweep runs its jobs in it)."""
+    return dict(_versions())
 
 
 def env_knobs(environ=None) -> dict:
@@ -61,8 +68,10 @@ def env_knobs(environ=None) -> dict:
     return {k: v for k, v in sorted(environ.items()) if k.startswith(KNOB_PREFIXES) or k in KNOB_NAMES}
 
 
+@functools.lru_cache(maxsize=None)
 def git_commit() -> str | None:
-    """The commit of this checkout, with `-dirty` when it has uncommitted changes."""
+    """The commit of this checkout, with `-dirty` when it has uncommitted changes: the code this
+    process imported, so asked once per process."""
     repo = Path(__file__).resolve().parents[1]
     try:
         head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
