@@ -12,10 +12,8 @@ from __future__ import annotations
 from functools import lru_cache
 
 import torch
-from omegaconf import OmegaConf
 
 from ddlbench import metrics
-from ddlbench.config import conf_dir
 
 
 def ring_allreduce_factor(workers: int) -> float:
@@ -23,15 +21,14 @@ def ring_allreduce_factor(workers: int) -> float:
 
 
 @lru_cache(maxsize=None)
-def count(model: str, local_batch: int = 1) -> dict:
+def count(model: str) -> dict:
     """Parameters D, operations per sample C (multiply-adds of forward + backward) and I."""
     from torch.utils.flop_counter import FlopCounterMode
 
     from ddlbench import models
 
-    cfg = OmegaConf.load(conf_dir() / "model" / f"{model}.yaml")
+    w = models.on_meta(model)
     with torch.device("meta"):
-        w = models.build(cfg, 1, seed=0)
         batch = w.make_batch(0, 0, 0, torch.device("meta"))
         params = sum(p.numel() for p in w.model.parameters())
         with FlopCounterMode(display=False) as fc:

@@ -54,14 +54,9 @@ def groups(be, spec, emit) -> None:
 
 
 def gradient_numels(model_name: str) -> list[int]:
-    from omegaconf import OmegaConf
-
     from ddlbench import models
-    from ddlbench.config import conf_dir
 
-    cfg = OmegaConf.load(conf_dir() / "model" / f"{model_name}.yaml")
-    with torch.device("meta"):
-        w = models.build(cfg, 1, seed=0)
+    w = models.on_meta(model_name)
     return [p.numel() for p in w.model.parameters() if p.requires_grad][::-1]  # gradient-ready order
 
 

@@ -43,3 +43,15 @@ def build(model_cfg, local_batch: int, seed: int) -> Workload:
     else:
         raise ValueError(f"unknown model family {family!r}; accepted: {', '.join(FAMILIES)}")
     return Workload(model_cfg.name, model, local_batch, make_batch, loss)
+
+
+def on_meta(name: str) -> Workload:
+    """The model of `conf/model/<name>.yaml` built on the meta device: shapes only, no memory
+    and no time (BERT-Large included), for counting parameters and operations."""
+    from omegaconf import OmegaConf
+
+    from ddlbench.config import conf_dir
+
+    cfg = OmegaConf.load(conf_dir() / "model" / f"{name}.yaml")
+    with torch.device("meta"):
+        return build(cfg, 1, seed=0)
