@@ -3,9 +3,9 @@
 1. Interleaved rounds of BSP-A2A and each PS method (2 workers, 1 server) on tiny-resnet and
    resnet50; prints each PS method's median iteration time divided by BSP-A2A's.
 2. Bus bandwidth of one message of 1 MB to 100 MB, 2 workers (+1 server), in one torchrun job:
-   Gloo all-reduce; push/pull through ddlbench's PS engine (Gloo point-to-point); and the same
-   push/pull protocol over ZeroMQ (what BytePS's ps-lite uses), when pyzmq is installed, which
-   is how the engine's transport was chosen. Formulas: ddlbench.metrics.
+   Gloo all-reduce, and push/pull through ddlbench's PS engine over each of its wires, Gloo
+   point-to-point (`methods.ps`) and ZeroMQ (`methods.ps_zmq`, what BytePS's ps-lite uses):
+   how the engine's default wire was chosen. Formulas: ddlbench.metrics.
 
     python benchmarks/ps_vs_a2a.py [--models tiny-resnet,resnet50] [--rounds 3] [--skip-methods]
 """
@@ -51,9 +51,6 @@ def bandwidth_job() -> None:
     import torch.distributed as dist
 
     from ddlbench import metrics
-    from ddlbench.methods import Context
-    from ddlbench.methods.ps import PushPull, serve
-    from ddlbench.trace import NullTracer
 
     dist.init_process_group("gloo")
     rank, W = dist.get_rank(), 2
@@ -71,33 +68,11 @@ def bandwidth_job() -> None:
                 if rep:
                     times.append(time.perf_counter() - t0)
             rows.append(("gloo all-reduce", size, statistics.median(times)))
-    # 2. push/pull through the PS engine
-    if rank < W:
-        ctx = Context(rank=rank, world=W, device=torch.device("cpu"), tracer=NullTracer(), group=workers,
-                      extra={"comm_timeout_s": 60})
-        pp = PushPull(ctx, W, 1, 4_096_000)
-        pp.prepare([s // 4 for s in SIZES])
-        for m, size in enumerate(SIZES):
-            t = torch.ones(size // 4)
-            times = []
-            for rep in range(REPS + 1):
-                dist.barrier(group=workers)
-                t0 = time.perf_counter()
-                pp.reduce_async(t, iteration=rep, tensors=["x"], group=m).wait()
-                if rep:
-                    times.append(time.perf_counter() - t0)
-            rows.append(("push/pull, Gloo p2p (ddlbench)", size, statistics.median(times)))
-        pp.close()
-    else:
-        serve(rank, W, NullTracer(), 60)
-    # 3. the same protocol over ZeroMQ
-    try:
-        import zmq  # noqa: F401
+    # 2. push/pull through the PS engine, over each of its wires
+    from ddlbench.methods import ps, ps_zmq
 
-        rows += zmq_pushpull(rank, W, workers)
-    except ImportError:
-        if rank == 0:
-            print("pyzmq not installed: ZeroMQ push/pull not measured (pip install pyzmq)")
+    rows += pushpull(ps, "push/pull, Gloo p2p", rank, W, workers)
+    rows += pushpull(ps_zmq, "push/pull, ZeroMQ (the default)", rank, W, workers)
     if rank == 0:
         print("\n| transport | " + " | ".join(f"{s >> 20} MB" for s in SIZES) + " |\n|---|" + "---|" * len(SIZES))
         for name in dict.fromkeys(r[0] for r in rows):
@@ -108,65 +83,34 @@ def bandwidth_job() -> None:
     os._exit(0)
 
 
-def zmq_pushpull(rank: int, W: int, workers) -> list:
-    """BytePS's protocol over ZeroMQ ROUTER/DEALER on loopback: partitions of 4,096,000 bytes,
-    the server sums W pushes per partition and answers each worker's pull."""
-    import numpy as np
+def pushpull(engine, label: str, rank: int, W: int, workers) -> list:
+    """One message per size through a PS engine (`methods.ps` or `methods.ps_zmq`): partitions
+    of 4,096,000 bytes, one server summing W pushes per partition and answering every pull."""
+    import torch
     import torch.distributed as dist
-    import zmq
 
-    per = 4_096_000
-    zctx = zmq.Context()
-    port = [None]
-    if rank == W:
-        sock = zctx.socket(zmq.ROUTER)
-        port[0] = sock.bind_to_random_port("tcp://127.0.0.1")
-    dist.broadcast_object_list(port, src=W)
+    from ddlbench.methods import Context
+    from ddlbench.trace import NullTracer
+
+    if rank >= W:
+        engine.serve(rank, W, NullTracer(), 60)
+        return []
+    ctx = Context(rank=rank, world=W, device=torch.device("cpu"), tracer=NullTracer(), group=workers,
+                  extra={"comm_timeout_s": 60})
+    pp = engine.TRANSPORT(ctx, W, 1, 4_096_000)
+    pp.prepare([s // 4 for s in SIZES])
     rows = []
-    if rank == W:
-        acc, count, who = {}, {}, {}
-        done = 0
-        while done < W:
-            ident, key, payload = sock.recv_multipart(copy=False)
-            if key.bytes == b"stop":
-                done += 1
-                continue
-            k = key.bytes
-            arr = np.frombuffer(payload.buffer, dtype=np.float32)
-            if count.get(k, 0) == 0:
-                acc[k], who[k] = arr.copy(), []
-            else:
-                acc[k] += arr
-            count[k] = count.get(k, 0) + 1
-            who[k].append(ident.bytes)
-            if count[k] == W:
-                for ident_w in who[k]:
-                    sock.send_multipart([ident_w, k, acc[k]], copy=False)
-                count[k] = 0
-    else:
-        sock = zctx.socket(zmq.DEALER)
-        sock.connect(f"tcp://127.0.0.1:{port[0]}")
-        for size in SIZES:
-            buf = np.ones(size // 4, dtype=np.float32)
-            times = []
-            for rep in range(REPS + 1):
-                dist.barrier(group=workers)
-                t0 = time.perf_counter()
-                keys = []
-                for start in range(0, buf.nbytes, per):
-                    key = f"{size}:{start}".encode()
-                    keys.append(key)
-                    sock.send_multipart([key, memoryview(buf)[start // 4:(start + per) // 4]], copy=False)
-                for _ in keys:  # the average lands in the worker's buffer, as in the engine
-                    key, summed = sock.recv_multipart(copy=False)
-                    start = int(key.bytes.split(b":")[1]) // 4
-                    part = np.frombuffer(summed.buffer, dtype=np.float32)
-                    np.divide(part, W, out=buf[start:start + part.size])
-                if rep:
-                    times.append(time.perf_counter() - t0)
-            rows.append(("push/pull, ZeroMQ (measured alternative)", size, statistics.median(times)))
-        sock.send_multipart([b"stop", b""])
-    sock.close(linger=1000)
+    for m, size in enumerate(SIZES):
+        t = torch.ones(size // 4)
+        times = []
+        for rep in range(REPS + 1):
+            dist.barrier(group=workers)
+            t0 = time.perf_counter()
+            pp.reduce_async(t, iteration=rep, tensors=["x"], group=m).wait()
+            if rep:
+                times.append(time.perf_counter() - t0)
+        rows.append((label, size, statistics.median(times)))
+    pp.close()
     return rows
 
 

@@ -1,7 +1,9 @@
 """The parameter-server protocol of `ps` over ZeroMQ, as BytePS's ps-lite carries it over TCP.
 
-Chosen as the default PS transport by measurement (benchmarks/ps_vs_a2a.py): on loopback its
-push/pull bus bandwidth was 1.4-1.8x that of Gloo point-to-point for 1-100 MB messages. Same
+Chosen as the default PS transport by measurement (benchmarks/ps_vs_a2a.py, which runs both
+engines): on loopback, 2 workers and 1 server, its push/pull bus bandwidth was 1.2-1.3x that of
+Gloo point-to-point at 64-100 MB and 0.9-1.5x (noisy) at 1-16 MB; a first hand-written ZeroMQ
+prototype had measured 1.4-1.8x. Same
 partitions, keys, servers and semantics as `ps.PushPull`; the set-up (plan, addresses) and
 the end of the run use the job's torch.distributed group.
 
