@@ -168,8 +168,10 @@ def resolve(cfg: DictConfig) -> DictConfig:
         if cfg.local_batch is None:
             cfg.local_batch = cfg.profile.local_batch if cfg.profile.local_batch is not None else cfg.model.local_batch
         _int(cfg, "local_batch", 1)
-        if not (isinstance(cfg.comm_timeout_s, (int, float)) and cfg.comm_timeout_s > 0):
-            raise ConfigError(f"comm_timeout_s={cfg.comm_timeout_s!r} is invalid; accepted: seconds > 0")
+        for key in ("comm_timeout_s", "startup_timeout_s"):
+            value = cfg[key]
+            if isinstance(value, bool) or not (isinstance(value, (int, float)) and value > 0):
+                raise ConfigError(f"{key}={value!r} is invalid; accepted: seconds > 0")
         _check_method(cfg)
         _check_engine(cfg)
         _check_placement(cfg)

@@ -83,18 +83,26 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> None:
     try:
         # Workers' collectives run in their own group so servers never take part in them.
         group = dist.new_group(list(range(W))) if S else None
+        # Control messages go over Gloo on every device (NCCL takes only CUDA tensors).
+        control = dist.new_group(list(range(W)), backend="gloo") if W > 1 else None
+        # Start-up has its own bound: every rank meets here once its model is built, under
+        # `startup_timeout_s`, so a server (or a fast worker) never waits out the much shorter
+        # communication timeout while a peer builds BERT-Large.
+        startup = dist.new_group(backend="gloo", timeout=timedelta(seconds=cfg.startup_timeout_s))
         tracer = Tracer(rank) if cfg.trace else NullTracer()
         result, fp = None, None
         if is_server:
+            dist.barrier(group=startup)
             server_stats = methods.ps_engine(cfg.method).serve(rank, W, tracer, cfg.comm_timeout_s)
             model = None
         else:
             workload = models.build(cfg.model, cfg.local_batch, cfg.seed)
             workload.model.to(device)
+            dist.barrier(group=startup)
             extra = {"workers": W, "servers": S, "comm_timeout_s": cfg.comm_timeout_s, "optimizer": cfg.optimizer,
-                     "engine": engine}
+                     "engine": engine, "startup_timeout_s": cfg.startup_timeout_s}
             ctx = methods.Context(rank=rank, world=W, device=device, tracer=tracer, workload=workload,
-                                  seed=cfg.seed, group=group, extra=extra)
+                                  seed=cfg.seed, group=group, control=control, extra=extra)
             sync = methods.build(cfg.method, ctx)
             label = f"{cfg.method.name} {cfg.model.name} x{W}" + (f" +{S} servers" if S else "")
             progress = driver.Progress(label, cfg, W * cfg.local_batch) if rank == 0 else None

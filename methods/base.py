@@ -32,12 +32,21 @@ class Context:
     workload: Any = None  # models.Workload; methods that profile the backward pass need it
     seed: int = 0
     group: Any = None  # the workers' process group (None: the default group, no servers)
+    # A Gloo group over the workers, whatever the device: control messages (rank 0's decisions,
+    # plans, orders) are CPU objects, which NCCL cannot carry (DESIGN section 6).
+    control: Any = None
     extra: dict = field(default_factory=dict)
 
     @property
     def comm_timeout_s(self) -> float:
         """How long any wait on communication may take before the run fails (config `comm_timeout_s`)."""
         return self.extra.get("comm_timeout_s", 30)
+
+    @property
+    def startup_timeout_s(self) -> float:
+        """How long start-up waits (peers building BERT-Large, servers waiting for their first
+        worker) may take: a bound of its own, longer than the communication timeout."""
+        return self.extra.get("startup_timeout_s", 600)
 
 
 class GradSync(ABC):

@@ -90,7 +90,7 @@ class ByteScheduler(GradSync):
             mine = [index[id(p)] for p in module.parameters(recurse=False) if id(p) in index]
             if mine:
                 module.register_forward_pre_hook(self._wait_for(mine))
-        self.control = dist.new_group(list(range(self.ctx.world))) if self.agree_order else None
+        self.control = self.ctx.control if self.agree_order else None  # Gloo, on any device
         self.thread = threading.Thread(target=self._guarded, daemon=True, name="bytescheduler")
         self.thread.start()
 

@@ -101,7 +101,7 @@ class MGWFBP(GroupedSync):
         # Rank 0 decides, everyone follows: profiles differ slightly across ranks.
         choice = [order, tb, float(a), float(b), bench]
         if self.ctx.world > 1:
-            dist.broadcast_object_list(choice, src=0, group=self.ctx.group)
+            dist.broadcast_object_list(choice, src=0, group=self.ctx.control)
         order, tb, a, b, bench = choice
         self.named = [self.named[i] for i in order]
         sizes = [sizes[i] for i in order]
