@@ -200,9 +200,9 @@ def _check_method(cfg) -> None:
         _int(cfg, "method.partition_bytes", 1)
     if m.architecture == "ps" and m.get("transport", "zmq") not in PS_ENGINES:
         raise _bad("method.transport", m.transport, PS_ENGINES)
-    if "credit_bytes" in m and m.credit_bytes < m.partition_bytes:
-        raise ConfigError(f"method.credit_bytes={m.credit_bytes} is smaller than one partition "
-                          f"(method.partition_bytes={m.partition_bytes}); accepted: >= {m.partition_bytes}")
+    for key in ("partition_params", "credit_params"):  # ByteScheduler's units: parameters
+        if key in m:
+            _int(cfg, f"method.{key}", 1)
     if "fusion_bytes" in m:
         _int(cfg, "method.fusion_bytes", 0)
     if "bucket_cap_mb" in m and not m.bucket_cap_mb > 0:
@@ -249,6 +249,9 @@ def local_capacity(cfg) -> tuple[int, str]:
         import torch
 
         n = torch.cuda.device_count()
+        if cfg.launcher.get("share_gpu"):
+            per = int(cfg.launcher.max_workers_per_cpu)
+            return n * per, f"{per} per GPU x {n} visible GPU(s), launcher.share_gpu=true"
         return n, f"{n} visible GPU(s)"
     cores = os.cpu_count() or 1
     per = int(cfg.launcher.max_workers_per_cpu)
@@ -258,6 +261,9 @@ def local_capacity(cfg) -> tuple[int, str]:
 def _check_placement(cfg) -> None:
     if cfg.launcher.name not in ("local", "mpirun", "horovodrun") or cfg.launcher.get("hosts"):
         return
+    if cfg.launcher.get("share_gpu") and cfg.backend != "gloo":
+        raise ConfigError(f"launcher.share_gpu=true with backend={cfg.backend}: NCCL refuses two ranks on one GPU; "
+                          f"accepted: backend=gloo")
     if cfg.device == "cuda":
         import torch
 

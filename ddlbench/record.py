@@ -17,7 +17,7 @@ import subprocess
 from pathlib import Path
 
 # Environment knobs that change what a run measures: recorded in every run (STYLE: Horovod).
-KNOB_PREFIXES = ("NCCL_", "GLOO_", "HOROVOD_", "UCX_", "OMPI_MCA_", "TORCH_DISTRIBUTED_", "TORCH_NCCL_")
+KNOB_PREFIXES = ("NCCL_", "GLOO_", "HOROVOD_", "UCX_", "OMPI_MCA_", "TORCH_DISTRIBUTED_", "TORCH_NCCL_", "DDLBENCH_")
 KNOB_NAMES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "CUDA_VISIBLE_DEVICES", "MASTER_ADDR", "MASTER_PORT")
 PACKAGES = ("torch", "torchvision", "transformers", "hydra-core", "omegaconf", "numpy", "horovod", "mpi4py", "byteps")
 

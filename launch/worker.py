@@ -69,7 +69,9 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> None:
         raise RuntimeError(f"launched {world} processes for workers={W} + servers={S}")
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     is_server = rank >= W
-    device = torch.device("cuda", local_rank) if cfg.device == "cuda" and not is_server else torch.device("cpu")
+    device = torch.device("cpu")
+    if cfg.device == "cuda" and not is_server:  # launcher.share_gpu (test-only): ranks take turns on the GPUs
+        device = torch.device("cuda", local_rank % torch.cuda.device_count() if cfg.launcher.get("share_gpu") else local_rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)
     engine = cfg.engine.name
@@ -84,7 +86,7 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> None:
         # Workers' collectives run in their own group so servers never take part in them.
         group = dist.new_group(list(range(W))) if S else None
         # Control messages go over Gloo on every device (NCCL takes only CUDA tensors).
-        control = dist.new_group(list(range(W)), backend="gloo") if W > 1 else None
+        control = methods.control_group(W)
         # Start-up has its own bound: every rank meets here once its model is built, under
         # `startup_timeout_s`, so a server (or a fast worker) never waits out the much shorter
         # communication timeout while a peer builds BERT-Large.

@@ -5,7 +5,7 @@ transport (all-reduce, or push/pull to parameter servers) and the schedule the p
 """
 from __future__ import annotations
 
-from .base import Context, GradSync
+from .base import Context, GradSync, control_group
 
 SCHEDULES = {
     "bsp": "ddlbench.methods.bsp:BSP",

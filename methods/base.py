@@ -49,6 +49,15 @@ class Context:
         return self.extra.get("startup_timeout_s", 600)
 
 
+def control_group(workers: int):
+    """The Gloo group over the workers that carries control messages (rank 0's decisions,
+    orders, plans) on every device: NCCL, the default on GPUs, takes only CUDA tensors. Every
+    rank of the job must call this, in the same order as its other `new_group` calls."""
+    import torch.distributed as dist
+
+    return dist.new_group(list(range(workers)), backend="gloo") if workers > 1 else None
+
+
 class GradSync(ABC):
     """Averages gradients across workers; subclasses are the study's schedules."""
 

@@ -1,19 +1,28 @@
 """ByteScheduler (Peng et al., SOSP 2019): tensor partitioning, priority and credit.
 
-* Every gradient tensor is split into partitions of at most `partition_bytes`.
+ByteScheduler counts in *parameters* (elements), not bytes (its bytecore: "the number of
+parameters"); the study set BYTESCHEDULER_PARTITION=4000000 and BYTESCHEDULER_CREDIT=16000000,
+16 MB and 64 MB in fp32. The record keeps both units.
+
+* Every gradient tensor is split into partitions of at most `partition_params` elements.
 * Priority is the layer's forward position (0 = the first layer the next forward pass needs;
   a lower number goes first). Partitions wait in a priority queue as backward produces them.
-* At most `credit_bytes` are in flight (one partition always may be); when credit frees, the
-  highest-priority queued partition goes, so one that became ready later overtakes the queue.
+* The credit rule is ByteScheduler's: the highest-priority queued partition goes while credit
+  remains (fewer than `credit_params` elements in flight), so in-flight stays below credit plus
+  one partition; a partition that became ready later overtakes the queue.
 * Nothing waits at the end of backward: each parameter is updated (its own SGD step) as soon as
   its last partition's average arrives, and a forward pre-hook makes each layer wait only for
   its own parameters, so communication also overlaps the next forward pass.
 
-On PS each worker schedules on its own, as ByteScheduler does over BytePS. An all-reduce needs
-every rank to issue the same collectives in the same order, which a timing-driven queue cannot
-promise; so, as Horovod's coordinator does, rank 0's dispatcher decides and sends each choice to
-the other workers over a separate control group; they launch the same partition once their own
-gradient is ready.
+An all-reduce needs every rank to issue the same collectives in the same order, which a
+timing-driven queue cannot promise; so, as Horovod's coordinator does, rank 0's dispatcher
+decides and sends each choice to the other workers over the Gloo control group; they launch the
+same partition once their own gradient is ready. On PS each machine schedules on its own, as
+ByteScheduler does over BytePS: with one worker per machine (or the per-GPU topology) each
+worker leads itself; where a machine's workers first reduce among themselves, the machine's
+leader decides for them (the transport's `order_group`).
+
+The queue itself (`CreditQueue`) is pure, so the performance model can run the same one.
 """
 from __future__ import annotations
 
@@ -29,6 +38,43 @@ from .base import GradSync
 from .grouped import broadcast_parameters
 
 STOP = -1
+
+
+class CreditQueue:
+    """ByteScheduler's core: a priority queue of partitions with credit, in parameters.
+
+    `push` queues a ready partition (a lower `pid` is more urgent: pids are dense in forward
+    order); `pop` hands out the most urgent one while credit remains (`in_flight < credit`,
+    ByteScheduler's rule: it may overshoot by less than one partition); `release` returns a
+    partition's credit once it stops being in flight. A follower, which runs its leader's order,
+    `take`s a given partition instead."""
+
+    def __init__(self, credit: int, sizes: list[int]):
+        self.credit = credit
+        self.sizes = sizes  # parameters per pid
+        self.in_flight = 0
+        self.heap: list[int] = []
+
+    def push(self, pid: int) -> None:
+        heapq.heappush(self.heap, pid)
+
+    def pop(self) -> int | None:
+        if not self.heap or self.in_flight >= self.credit:
+            return None
+        pid = heapq.heappop(self.heap)
+        self.in_flight += self.sizes[pid]
+        return pid
+
+    def take(self, pid: int) -> None:
+        self.heap.remove(pid)
+        heapq.heapify(self.heap)
+        self.in_flight += self.sizes[pid]
+
+    def release(self, pid: int) -> None:
+        self.in_flight -= self.sizes[pid]
+
+    def __len__(self) -> int:
+        return len(self.heap)
 
 
 @dataclass(frozen=True)
@@ -49,9 +95,8 @@ class ByteScheduler(GradSync):
     def __init__(self, cfg, ctx, transport):
         super().__init__(cfg, ctx)
         self.transport = transport
-        self.partition_bytes = int(cfg.partition_bytes)
-        self.credit_bytes = int(cfg.credit_bytes)
-        self.agree_order = cfg.architecture == "a2a" and ctx.world > 1
+        self.partition_params = int(cfg.partition_params)
+        self.credit_params = int(cfg.credit_params)
         self.error: BaseException | None = None
 
     # -- set-up ----------------------------------------------------------------------------
@@ -61,12 +106,12 @@ class ByteScheduler(GradSync):
         self.parts: list[Partition] = []
         self.parts_of: list[list[int]] = []
         for i, (_, p) in enumerate(self.named):
-            per = max(1, self.partition_bytes // p.element_size())
             ids = []
-            for start in range(0, p.numel(), per):
+            for start in range(0, p.numel(), self.partition_params):
                 ids.append(len(self.parts))
-                self.parts.append(Partition(len(self.parts), i, start, min(p.numel(), start + per)))
+                self.parts.append(Partition(len(self.parts), i, start, min(p.numel(), start + self.partition_params)))
             self.parts_of.append(ids)
+        self.element_size = self.named[0][1].element_size()
         self.transport.prepare([part.numel for part in self.parts])
         opt = self.ctx.extra["optimizer"]
         self.opts = [torch.optim.SGD([p], lr=opt.lr, momentum=opt.momentum) for _, p in self.named]
@@ -78,8 +123,7 @@ class ByteScheduler(GradSync):
         self.ready = [threading.Event() for _ in self.parts]
         self.ready_us = [0.0] * len(self.parts)
         self.iter_of = [0] * len(self.parts)
-        self.heap: list[int] = []
-        self.in_flight = 0
+        self.queue = CreditQueue(self.credit_params, [part.numel for part in self.parts])
         self.outstanding = 0
         self.cond = threading.Condition()
         self.stopping = False
@@ -90,7 +134,7 @@ class ByteScheduler(GradSync):
             mine = [index[id(p)] for p in module.parameters(recurse=False) if id(p) in index]
             if mine:
                 module.register_forward_pre_hook(self._wait_for(mine))
-        self.control = self.ctx.control if self.agree_order else None  # Gloo, on any device
+        self.order = self._order_domain()
         self.thread = threading.Thread(target=self._guarded, daemon=True, name="bytescheduler")
         self.thread.start()
 
@@ -106,7 +150,7 @@ class ByteScheduler(GradSync):
                     part = self.parts[pid]
                     self.views[pid] = flat[part.start:part.end]
                     self.ready_us[pid], self.iter_of[pid] = now, self.iteration
-                    heapq.heappush(self.heap, pid)
+                    self.queue.push(pid)
                     self.outstanding += 1
                     self.ready[pid].set()
                 self.cond.notify_all()
@@ -132,13 +176,24 @@ class ByteScheduler(GradSync):
         self.error = self.error or getattr(self.transport, "error", None)
         if not event.is_set() or self.error is not None:
             raise RuntimeError(f"ByteScheduler: communication did not complete within {timeout} s "
-                               f"({len(self.heap)} partitions queued, {self.in_flight} bytes in flight, "
+                               f"({len(self.queue)} partitions queued, {self.queue.in_flight} parameters in flight, "
                                f"{self.outstanding} outstanding): {self.error or 'a peer or server is dead or hung'}")
 
     # -- the dispatcher ----------------------------------------------------------------------
+    def _order_domain(self):
+        """(Gloo group, leader's rank, follower ranks) of the ranks that must launch in one
+        order, or None when this worker orders on its own."""
+        if self.cfg.architecture == "a2a":
+            return (self.ctx.control, 0, list(range(1, self.ctx.world))) if self.ctx.world > 1 else None
+        domain = getattr(self.transport, "order_group", None)
+        if domain is None:
+            return None
+        group, leader, ranks = domain
+        return group, leader, [r for r in ranks if r != leader]
+
     def _guarded(self) -> None:
         try:
-            self._follow() if self.agree_order and self.ctx.rank != 0 else self._lead()
+            self._follow() if self.order is not None and self.ctx.rank != self.order[1] else self._lead()
         except BaseException as exc:  # wake every waiter: the run fails instead of hanging
             self.error = exc
             for e in self.updated:
@@ -147,46 +202,41 @@ class ByteScheduler(GradSync):
                 self.cond.notify_all()
 
     def _lead(self) -> None:
-        """Pick the highest-priority queued partition whenever the credit allows one more."""
+        """Pick the highest-priority queued partition whenever credit remains."""
         while True:
             with self.cond:
-                while True:
-                    if self.heap and (self.in_flight == 0 or
-                                      self.in_flight + self._bytes(self.heap[0]) <= self.credit_bytes):
-                        break
-                    if self.stopping and not self.heap:
+                while (pid := self.queue.pop()) is None:
+                    if self.stopping and not len(self.queue):
                         self._tell_followers(STOP)
                         return
                     self.cond.wait()
-                pid = heapq.heappop(self.heap)
-                self.in_flight += self._bytes(pid)
-                queued = len(self.heap)
+                queued = len(self.queue)
                 chosen_us = self.ctx.tracer.now_us()
             self._tell_followers(pid)
             self._launch(pid, queued, chosen_us)
 
     def _follow(self) -> None:
-        """Launch what rank 0 chose, in its order, once the partition is ready here."""
+        """Launch what the leader chose, in its order, once the partition is ready here."""
+        group, leader, _ = self.order
         choice = torch.empty(1, dtype=torch.int64)
         while True:
-            dist.recv(choice, src=0, group=self.control)
+            dist.recv(choice, src=leader, group=group)
             pid = int(choice[0])
             if pid == STOP:
                 return
             self._wait(self.ready[pid])
             with self.cond:
-                self.heap.remove(pid)
-                heapq.heapify(self.heap)
-                self.in_flight += self._bytes(pid)
-                queued = len(self.heap)
+                self.queue.take(pid)
+                queued = len(self.queue)
                 chosen_us = self.ctx.tracer.now_us()
             self._launch(pid, queued, chosen_us)
 
     def _tell_followers(self, pid: int) -> None:
-        if self.agree_order:
+        if self.order is not None:
+            group, _, followers = self.order
             msg = torch.tensor([pid], dtype=torch.int64)
-            for r in range(1, self.ctx.world):
-                dist.send(msg, dst=r, group=self.control)
+            for r in followers:
+                dist.send(msg, dst=r, group=group)
 
     def _launch(self, pid: int, queued: int, chosen_us: float) -> None:
         part = self.parts[pid]
@@ -201,17 +251,13 @@ class ByteScheduler(GradSync):
         self.transport.reduce_async(self.views[pid], iteration=self.iter_of[pid], tensors=[self.named[part.param][0]],
                                     group=pid, extra_args=extra, **kwargs)
 
-    def _bytes(self, pid: int) -> int:
-        part = self.parts[pid]
-        return part.numel * self.named[part.param][1].element_size()
-
     # -- completion: credit back; update the parameter once its last partition is averaged ------
     def _release(self, pid: int) -> None:
         """Credit comes back when a partition stops being in flight: its all-reduce finished, or
         (PS) the server holds its push. Waiting for the pull instead would deadlock: the server
         answers only once every worker pushed, and each worker schedules on its own."""
         with self.cond:
-            self.in_flight -= self._bytes(pid)
+            self.queue.release(pid)
             self.cond.notify_all()
 
     def _landed(self, pid: int) -> None:
@@ -254,5 +300,8 @@ class ByteScheduler(GradSync):
         super().close()
 
     def describe(self) -> dict:
-        return {"groups": None, "partition_bytes": self.partition_bytes, "credit_bytes": self.credit_bytes,
-                "partitions_per_iter": len(self.parts), "order_agreed_by_rank0": self.agree_order}
+        return {"groups": None, "partition_params": self.partition_params, "credit_params": self.credit_params,
+                "partition_bytes": self.partition_params * self.element_size,
+                "credit_bytes": self.credit_params * self.element_size,
+                "partitions_per_iter": len(self.parts),
+                "order_leader": None if self.order is None else self.order[1]}

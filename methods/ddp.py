@@ -2,7 +2,9 @@
 
 DDP all-reduces 25 MiB buckets from autograd hooks and waits for them before backward returns.
 With tracing on, a communication hook that does what DDP's default does (divide by the world
-size, all-reduce the bucket) is registered so each bucket appears in the timeline.
+size, all-reduce the bucket) is registered so each bucket appears in the timeline; its end is
+stamped by the all-reduce transport's completion thread, when the data has landed (an NCCL
+future's callback can run at enqueue).
 """
 from __future__ import annotations
 
@@ -20,6 +22,9 @@ class DDP(GradSync):
         self._names = {id(p): n for n, p in model.named_parameters()}
         self.ddp = DistributedDataParallel(model, **kwargs)  # broadcasts rank 0's parameters
         if self.ctx.tracer.enabled:
+            from .transport import AllReduce
+
+            self._landing = AllReduce(self.ctx)
             self.ddp.register_comm_hook(None, self._traced_allreduce)
         return self.ddp
 
@@ -36,15 +41,17 @@ class DDP(GradSync):
             "group": bucket.index(),
         }
         t0 = tracer.now_us()
-
-        def done(fut):
-            tracer.complete("allreduce", "comm", t0, tracer.now_us(), args, lane="comm")
-            return fut.value()[0]
-
-        return dist.all_reduce(buf, group=self.ctx.group, async_op=True).get_future().then(done)
+        work = dist.all_reduce(buf, group=self.ctx.group, async_op=True)
+        self._landing.track(work, t0, args)
+        return work.get_future().then(lambda fut: fut.value()[0])
 
     def synchronize(self) -> None:
         pass  # DDP's reducer has already averaged every gradient when backward returns
+
+    def close(self) -> None:
+        landing = getattr(self, "_landing", None)
+        if landing is not None:
+            landing.close()
 
     def describe(self) -> dict:
         # The reducer's current buckets: DDP rebuilds them after the first iteration in the

@@ -1,9 +1,16 @@
 """All-reduce transport over torch.distributed (Gloo for CPU tensors, NCCL for GPU tensors).
 
-Every message is traced as one `comm` event from launch to completion: the end time comes from
-the collective's future, so overlap with backward shows in the timeline as it really happened.
+Every message is traced as one `comm` event from launch to completion: the end time is when the
+data has landed (see `AllReduce`), so overlap with backward shows in the timeline as it really
+happened.
 """
 from __future__ import annotations
+
+import functools
+import os
+import queue
+import threading
+import time
 
 import torch
 import torch.distributed as dist
@@ -40,6 +47,21 @@ class _Averaging:
             on_done()
         return True
 
+    def _wait(self, landed: threading.Event) -> None:
+        timeout = self.ctx.comm_timeout_s
+        if not landed.wait(timeout) or self.error is not None:
+            raise RuntimeError(f"{self.label} did not complete within {timeout} s: {self.error or 'peer dead or hung'}")
+
+    def _report(self, t0: float, args: dict, on_done, landed: threading.Event) -> None:
+        """A message has landed (or failed, with `error` set): trace it, run `on_done`, wake its waiter."""
+        if self.error is None:
+            tracer = self.ctx.tracer
+            if tracer.enabled:
+                tracer.complete("allreduce", "comm", t0, tracer.now_us(), args, lane="comm")
+            if on_done is not None:
+                on_done()
+        landed.set()
+
     @staticmethod
     def _args(flat: torch.Tensor, iteration: int, tensors: list[str], group: int, extra_args: dict | None) -> dict:
         return {"iter": iteration, "bytes": flat.numel() * flat.element_size(), "tensors": tensors, "group": group,
@@ -47,44 +69,139 @@ class _Averaging:
 
 
 class AllReduce(_Averaging):
-    """Averages a flat tensor in place over torch.distributed."""
+    """Averages a flat tensor in place over torch.distributed.
+
+    Completion means the data is there (DESIGN section 6). A collective's future may resolve
+    when NCCL has only queued the work, so nothing here trusts it: when a caller needs the
+    moment a message lands (`on_done`, or a trace's end time), one completion thread takes the
+    messages in launch order and waits for each with `work.wait()` under a stream of its own,
+    then (on CUDA) records an event on that stream and synchronises on it. Only then do the
+    trace's end and `on_done` happen, on that thread and outside the side stream, so an update
+    `on_done` launches goes to the default stream, ahead of the next forward pass. Launch order
+    is also completion order on one communicator (NCCL runs a group's collectives in order);
+    on Gloo a later message that lands first is reported when the earlier one has.
+    """
 
     name = "allreduce"
+    label = "all-reduce"
 
     def __init__(self, ctx):
         super().__init__(ctx)
         self.group = ctx.group
+        self._collective = collective()
+        self._landing = None  # the completion thread's queue, started on first use
 
     def reduce_async(self, flat: torch.Tensor, *, iteration: int, tensors: list[str], group: int,
                      extra_args: dict | None = None, on_done=None) -> Handle:
-        """`on_done()` runs on the backend's thread once the average is in `flat`."""
+        """`on_done()` runs on the completion thread once the average is in `flat`."""
         tracer = self.ctx.tracer
         if self._alone(on_done):
             return Handle(None)
         flat.div_(self.ctx.world)
         t0 = tracer.now_us() if tracer.enabled else 0.0
-        work = dist.all_reduce(flat, group=self.group, async_op=True)
-        if tracer.enabled or on_done is not None:
-            args = self._args(flat, iteration, tensors, group, extra_args)
+        work = self._collective(flat, group=self.group, async_op=True)
+        if not tracer.enabled and on_done is None:
+            return Handle(work)  # waited by the caller: work.wait() orders its stream after the sum
+        landed = self.track(work, t0, self._args(flat, iteration, tensors, group, extra_args), on_done)
+        return Handle(None, on_wait=lambda: self._wait(landed))
 
-            def done(fut, t0=t0, args=args):
+    def track(self, work, t0: float, args: dict, on_done=None) -> threading.Event:
+        """Hand a launched collective to the completion thread; the event is set once it landed
+        (DDP's traced buckets use this too)."""
+        landed = threading.Event()
+        if self._landing is None:
+            self._landing = queue.SimpleQueue()
+            self._thread = threading.Thread(target=self._complete, daemon=True, name="allreduce-completion")
+            self._thread.start()
+        self._landing.put((work, t0, args, on_done, landed))
+        return landed
+
+    def _complete(self) -> None:
+        device = self.ctx.device
+        side = torch.cuda.Stream(device) if device.type == "cuda" else None
+        while True:
+            item = self._landing.get()
+            if item is None:
+                return
+            work, t0, args, on_done, landed = item
+            if self.error is None:
                 try:
-                    fut.value()
-                except Exception as exc:  # a dead peer: waiters polling `error` fail now
+                    wait_landed(work, side)
+                except Exception as exc:  # a dead peer: every waiter fails now
                     self.error = exc
-                    raise
-                if tracer.enabled:
-                    tracer.complete("allreduce", "comm", t0, tracer.now_us(), args, lane="comm")
-                if on_done is not None:
-                    on_done()
-                return fut.value()
-
-            work.get_future().then(done)
-        return Handle(work)
+            self._report(t0, args, on_done, landed)
 
     def benchmark(self, t: torch.Tensor) -> None:
         """One blocking sum, untraced (MG-WFBP's alpha-beta microbenchmark)."""
         dist.all_reduce(t, group=self.group)
+
+    def close(self) -> None:
+        """Report every message still landing (a trace saved next must hold them), then stop."""
+        if self._landing is not None:
+            self._landing.put(None)
+            self._thread.join(timeout=self.ctx.comm_timeout_s)
+
+
+def wait_landed(work, side_stream=None) -> None:
+    """Block this thread until `work`'s result is in memory. On CPU (Gloo) `work.wait()` does
+    that; on CUDA it only makes the current stream wait for the collective, so wait under a side
+    stream and synchronise on an event recorded there after it."""
+    if side_stream is None:
+        work.wait()
+        return
+    with torch.cuda.stream(side_stream):
+        work.wait()
+        event = torch.cuda.Event()
+        event.record(side_stream)
+    event.synchronize()
+
+
+# -- a test-only transport whose completions are reported early ------------------------------
+EARLY_COMPLETION_ENV = "DDLBENCH_TEST_EARLY_COMPLETION_S"
+
+
+def collective():
+    """`dist.all_reduce`, or (test-only, with DDLBENCH_TEST_EARLY_COMPLETION_S=<delay>) a CPU
+    stand-in for NCCL's enqueue-time futures: see `early_completion_all_reduce`."""
+    delay = os.environ.get(EARLY_COMPLETION_ENV)
+    if not delay:
+        return dist.all_reduce
+    return functools.partial(early_completion_all_reduce, delay_s=float(delay))
+
+
+def early_completion_all_reduce(flat: torch.Tensor, *, group=None, async_op: bool = True, delay_s: float):
+    """An all-reduce whose future resolves at once while its sum lands in `flat` only `delay_s`
+    after the real collective finished: what a callback on an NCCL future can see. Code that
+    takes the future for completion returns credit, updates and trace ends too early; code that
+    waits on the work sees the data. Test-only: the runs that use it record the variable."""
+    scratch = flat.clone()
+    real = dist.all_reduce(scratch, group=group, async_op=True)
+    landed = threading.Event()
+
+    def land() -> None:
+        real.wait()
+        time.sleep(delay_s)
+        flat.copy_(scratch)
+        landed.set()
+
+    threading.Thread(target=land, daemon=True, name="early-completion").start()
+    return _EarlyWork(landed)
+
+
+class _EarlyWork:
+    def __init__(self, landed: threading.Event):
+        self._landed = landed
+
+    def get_future(self) -> torch.futures.Future:
+        fut = torch.futures.Future()
+        fut.set_result(None)  # resolved at enqueue, before the data has arrived
+        return fut
+
+    def wait(self, timeout=None) -> bool:
+        return self._landed.wait(timeout.total_seconds() if timeout is not None else None)
+
+    def is_completed(self) -> bool:
+        return self._landed.is_set()
 
 
 class HorovodAllReduce(_Averaging):
@@ -94,11 +211,10 @@ class HorovodAllReduce(_Averaging):
     trace's end times are then accurate to the poll interval (0.1 ms)."""
 
     name = "horovod"
+    label = "Horovod all-reduce"
     POLL_S = 1e-4
 
     def __init__(self, ctx):
-        import threading
-
         from ddlbench.engines import import_horovod
 
         super().__init__(ctx)
@@ -110,8 +226,6 @@ class HorovodAllReduce(_Averaging):
 
     def reduce_async(self, flat: torch.Tensor, *, iteration: int, tensors: list[str], group: int,
                      extra_args: dict | None = None, on_done=None) -> Handle:
-        import threading
-
         hvd, tracer = self.hvd, self.ctx.tracer
         if self._alone(on_done):
             return Handle(None)
@@ -131,15 +245,8 @@ class HorovodAllReduce(_Averaging):
             self._cond.notify()
         return Handle(None, on_wait=lambda: self._wait(landed))
 
-    def _wait(self, landed) -> None:
-        timeout = self.ctx.comm_timeout_s
-        if not landed.wait(timeout) or self.error is not None:
-            raise RuntimeError(f"Horovod all-reduce did not complete within {timeout} s: {self.error or 'peer dead or hung'}")
-
     def _poll(self) -> None:
-        import time
-
-        hvd, tracer = self.hvd, self.ctx.tracer
+        hvd = self.hvd
         while True:
             with self._cond:
                 while not self._pending and not self._stop:
@@ -154,12 +261,7 @@ class HorovodAllReduce(_Averaging):
                     hvd.synchronize(handle)
                 except Exception as exc:  # a dead peer: every waiter fails now
                     self.error = exc
-                if self.error is None:
-                    if tracer.enabled:
-                        tracer.complete("allreduce", "comm", t0, tracer.now_us(), args, lane="comm")
-                    if on_done is not None:
-                        on_done()
-                landed.set()
+                self._report(t0, args, on_done, landed)
             with self._cond:
                 for item in done:
                     self._pending.remove(item)

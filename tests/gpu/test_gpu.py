@@ -1,6 +1,8 @@
 """GPU tier: CUDA workers, NCCL. Every test here skips, with the reason, where CUDA GPUs are
 absent (conftest) or fewer than it needs: NCCL refuses two ranks on one GPU, so the
-multi-worker tests need two GPUs.
+multi-worker NCCL tests need two GPUs. On one GPU, the test-only `launcher.share_gpu=true`
+puts two ranks on it over Gloo with CUDA tensors: the methods' CUDA staging, completion events
+and streams then run for real, with Gloo in NCCL's place.
 
 TF32 is off (NVIDIA_TF32_OVERRIDE=0) so that GPU fp32 training can be held to single-process
 SGD computed on the CPU: the two then differ only by summation order.
@@ -24,8 +26,14 @@ GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 two_gpus = pytest.mark.skipif(GPUS < 2, reason=f"needs 2 GPUs (NCCL: one rank per GPU); {GPUS} visible")
 PROTOCOL = ["model=tiny-resnet", "device=cuda", "profile.warmup_iters=1", "profile.measured_iters=3",
             "profile.repeats=1", "local_batch=4", "save_params=true", "trace=true"]
-# The all-reduce methods on NCCL, and the PS methods with their CPU servers (Gloo to the servers).
-METHODS = ["bsp-a2a", "wfbp-a2a", "mg-wfbp", "bytescheduler-a2a", "ddp", "bsp-ps", "bytescheduler-ps"]
+# Every method: the all-reduce ones on NCCL, the PS ones with their CPU servers.
+METHODS = ["bsp-a2a", "wfbp-a2a", "mg-wfbp", "bytescheduler-a2a", "ddp", "bsp-ps", "wfbp-ps", "bytescheduler-ps"]
+# Small ByteScheduler pieces (parameters), so partitions queue and credit binds on tiny-resnet.
+BYTESCHEDULER = ["method.partition_params=1024", "method.credit_params=4096"]
+
+
+def method_args(method: str) -> list[str]:
+    return [f"method={method}", *(BYTESCHEDULER if method.startswith("bytescheduler") else [])]
 
 
 @pytest.fixture(autouse=True)
@@ -50,13 +58,50 @@ def test_one_gpu_worker_trains_like_single_process_sgd(tmp_path):
     assert_lossless(rec)
 
 
+@pytest.mark.parametrize("method", METHODS)
+def test_every_method_on_one_gpu_is_lossless(tmp_path, method):
+    ddlbench(*method_args(method), "workers=1", *PROTOCOL, results=tmp_path, check=True, timeout=600)
+    (rec,) = records(tmp_path)
+    assert rec["device"] == "cuda"
+    assert_lossless(rec)
+
+
+def assert_credit_bound_from_the_trace(rec):
+    """ByteScheduler's bytes in flight, read from rank 0's trace (end times stamped when the
+    data landed: a CUDA event on the completion stream), stay below credit + one partition."""
+    from ddlbench.trace import load
+
+    comms = [e for e in load(rec["trace"][0]) if e["cat"] == "comm"]
+    # in flight until the all-reduce landed, or (PS) until the servers hold the push
+    spans = [(e["ts"], e["args"]["pushed_us"] if rec["servers"] else e["ts"] + e["dur"], e["args"]["bytes"]) for e in comms]
+    points = sorted([(s, b) for s, _, b in spans] + [(t, -b) for _, t, b in spans], key=lambda p: (p[0], p[1]))
+    level = peak = 0
+    for _, delta in points:
+        level += delta
+        peak = max(peak, level)
+    assert rec["partition_bytes"] < peak < rec["credit_bytes"] + rec["partition_bytes"]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_two_ranks_sharing_one_gpu_over_gloo_are_lossless(tmp_path, method):
+    ddlbench(*method_args(method), "workers=2", "backend=gloo", "launcher.share_gpu=true", *PROTOCOL,
+             results=tmp_path, check=True, timeout=600)
+    (rec,) = records(tmp_path)
+    assert rec["device"] == "cuda" and rec["backend"] == "gloo" and rec["workers"] == 2
+    assert_lossless(rec)
+    if method.startswith("bytescheduler"):
+        assert_credit_bound_from_the_trace(rec)
+
+
 @two_gpus
 @pytest.mark.parametrize("method", METHODS)
 def test_methods_on_two_gpus_are_lossless(tmp_path, method):
-    ddlbench(f"method={method}", "workers=2", *PROTOCOL, results=tmp_path, check=True, timeout=600)
+    ddlbench(*method_args(method), "workers=2", *PROTOCOL, results=tmp_path, check=True, timeout=600)
     (rec,) = records(tmp_path)
     assert rec["device"] == "cuda" and rec["backend"] == "nccl" and rec["workers"] == 2
     assert_lossless(rec)
+    if method.startswith("bytescheduler"):
+        assert_credit_bound_from_the_trace(rec)
 
 
 @two_gpus

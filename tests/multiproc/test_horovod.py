@@ -21,7 +21,7 @@ PROTOCOL = ["model=tiny-resnet", "workers=2", "profile.warmup_iters=1", "profile
             "profile.repeats=1", "local_batch=4", "trace=true", "save_params=true"]
 HVD = ["engine=horovod", "launcher=horovodrun"]
 METHODS = ["bsp-a2a", "wfbp-a2a", "mg-wfbp", "bytescheduler-a2a", "horovod"]
-EXTRA = {"mg-wfbp": ["method.alpha_s=2e-5"], "bytescheduler-a2a": ["method.partition_bytes=4096", "method.credit_bytes=16384"]}
+EXTRA = {"mg-wfbp": ["method.alpha_s=2e-5"], "bytescheduler-a2a": ["method.partition_params=1024", "method.credit_params=4096"]}
 
 
 @pytest.fixture(scope="module")

@@ -57,9 +57,11 @@ def test_a_torchvision_name_becomes_the_torchvision_model():
         ("method=bsp-ps servers=0", ["servers=0", "parameter-server method needs servers"]),
         ("method=wfbp-a2a servers=2", ["servers=2", "accepted: 0"]),
         ("method=wfbp-ps method.partition_bytes=0", ["partition_bytes=0", ">= 1"]),
-        ("method=bytescheduler-a2a method.partition_bytes=-5", ["partition_bytes=-5", ">= 1"]),
-        ("method=bytescheduler-ps method.credit_bytes=1000", ["credit_bytes=1000", "smaller than one partition"]),
+        ("method=bytescheduler-a2a method.partition_params=-5", ["partition_params=-5", ">= 1"]),
+        ("method=bytescheduler-ps method.credit_params=0", ["credit_params=0", ">= 1"]),
+        ("method=bytescheduler-a2a method.credit_params=1.5", ["credit_params=1.5", "integer"]),
         ("method=bsp-ps workers=8 servers=1", ["workers=8 + servers=1", "<= 8"]),
+        ("launcher.share_gpu=true device=cuda", ["share_gpu=true", "backend=nccl", "accepted: backend=gloo"]),
     ],
 )
 def test_bad_values_are_one_line_errors(override, words):
