@@ -203,8 +203,8 @@ def _check_method(cfg) -> None:
     for key in ("partition_params", "credit_params"):  # ByteScheduler's units: parameters
         if key in m:
             _int(cfg, f"method.{key}", 1)
-    if "fusion_bytes" in m:
-        _int(cfg, "method.fusion_bytes", 0)
+    if "fusion_elems" in m:
+        _int(cfg, "method.fusion_elems", 0)
     if "bucket_cap_mb" in m and not m.bucket_cap_mb > 0:
         raise ConfigError(f"method.bucket_cap_mb={m.bucket_cap_mb!r} is invalid; accepted: > 0")
     for key in ("alpha_s", "beta_s_per_byte"):

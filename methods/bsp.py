@@ -1,7 +1,8 @@
-"""BSP-A2A: gradients leave only after backward, fused (the study's 512 MiB fusion threshold).
+"""BSP-A2A: gradients leave only after backward, fused (the study's threshold of 536,870,912).
 
-With every gradient in one buffer this is a single all-reduce per iteration for all but the
-largest models (BERT-Large's 1.3 GB of gradients makes three 512 MiB messages, as in Horovod).
+The study's threshold counts elements, not bytes (its `--threshold 536870912` goes to
+`_generate_groups_with_threshold`, which sums `numel()`), so every model it ran, BERT-Large's
+336 million parameters included, is one message per iteration.
 """
 from .grouped import GroupedSync, fuse_by_threshold
 
@@ -10,5 +11,4 @@ class BSP(GroupedSync):
     eager = False
 
     def choose_groups(self, model):
-        sizes = [p.numel() * p.element_size() for _, p in self.named]
-        return fuse_by_threshold(sizes, int(self.cfg.fusion_bytes))
+        return fuse_by_threshold([p.numel() for _, p in self.named], int(self.cfg.fusion_elems))

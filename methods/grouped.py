@@ -20,18 +20,20 @@ def ready_order(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
     return named[::-1]
 
 
-def fuse_by_threshold(sizes_bytes: list[int], threshold_bytes: int) -> list[list[int]]:
-    """Consecutive groups of at most `threshold_bytes` (a larger tensor goes alone), like
-    Horovod's fusion buffer; threshold 0 means one tensor per group."""
+def fuse_by_threshold(sizes: list[int], threshold: int) -> list[list[int]]:
+    """Consecutive groups, each closed by the tensor that brings its total to `threshold` or
+    more: the rule of the study's `_generate_groups_with_threshold` (HKBU-HPML/ddl-benchmarks,
+    mgwfbp/hv_distributed_optimizer.py, which counts elements) and of DDP's bucket assignment
+    (which counts bytes). Threshold 0 means one tensor per group."""
     groups: list[list[int]] = []
     current: list[int] = []
-    current_bytes = 0
-    for i, size in enumerate(sizes_bytes):
-        if current and current_bytes + size > threshold_bytes:
-            groups.append(current)
-            current, current_bytes = [], 0
+    total = 0
+    for i, size in enumerate(sizes):
         current.append(i)
-        current_bytes += size
+        total += size
+        if total >= threshold:
+            groups.append(current)
+            current, total = [], 0
     if current:
         groups.append(current)
     return groups

@@ -49,7 +49,7 @@ def test_a_torchvision_name_becomes_the_torchvision_model():
         ("workers=0", ["workers=0", ">= 1"]),
         ("workers=10000", ["workers=10000", "accepted: 1.."]),
         ("bogus=1", ["'bogus'", "workers", "method"]),
-        ("method.nope=1", ["'method.nope'", "fusion_bytes"]),
+        ("method.nope=1", ["'method.nope'", "fusion_elems"]),
         ("device=tpu", ["'tpu'", "cpu, cuda"]),
         ("backend=nccl", ["nccl", "device=cuda"]),
         ("profile.repeats=0", ["profile.repeats=0", ">= 1"]),
