@@ -141,3 +141,40 @@ def test_cuda_clock_times_each_call_and_covers_the_loop():
     span_s = start.elapsed_time(end) / 1e3
     assert len(times) == 5 and min(times) > 0.2 * max(times)  # each call's GPU work, not launch time
     assert 0.9 * span_s <= sum(times) <= span_s
+
+
+def test_mgwfbp_profiles_backward_with_cuda_events_not_launch_times(tmp_path):
+    """On CUDA, MG-WFBP's per-tensor backward times come from CUDA events in the gradient
+    hooks, so they add up to the GPU's backward time. BERT-Base at batch 32 is GPU-bound (a
+    backward pass is tens of ms of matmuls, launched in a few ms), so stamps taken on the host
+    without synchronising, which read launch times, would add up to far less."""
+    import statistics
+
+    from omegaconf import OmegaConf
+
+    from ddlbench import models
+
+    ddlbench("method=mg-wfbp", "workers=1", "model=bert-base", "device=cuda", "local_batch=32",
+             "profile.warmup_iters=1", "profile.measured_iters=2", "profile.repeats=1",
+             "method.alpha_s=1e-4", "method.beta_s_per_byte=1e-10", results=tmp_path, check=True, timeout=600)
+    (rec,) = records(tmp_path)
+    assert rec["status"] == "ok", rec.get("error")
+    assert rec["profile_clock"] == "cuda_events" and len(rec["tb_s"]) == len(rec["tensor_bytes"])
+    # The same model and batch shape, its backward pass timed by CUDA events here.
+    cfg = OmegaConf.load(Path(rec["run_dir"]) / "config.yaml")
+    w = models.build(cfg.model, cfg.local_batch, cfg.seed)
+    model = w.model.cuda()
+    batch = w.make_batch(cfg.seed, 0, 0, torch.device("cuda"))
+    times = []
+    for rep in range(6):
+        loss = w.loss(model, batch)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        loss.backward()
+        end.record()
+        torch.cuda.synchronize()
+        model.zero_grad(set_to_none=True)
+        if rep > 0:  # the first pass warms up
+            times.append(start.elapsed_time(end) / 1e3)
+    backward_s = statistics.median(times)
+    assert 0.7 * backward_s <= sum(rec["tb_s"]) <= 1.3 * backward_s, (sum(rec["tb_s"]), backward_s)

@@ -110,11 +110,29 @@ def test_wfbp_starts_during_backward_with_one_message_per_tensor(runs):
         assert len({c["args"]["tensors"][0] for c in cats["comm"]}) == n_tensors
 
 
+def regrouped(rec, **rule):
+    """The groups' bytes re-derived from what the record says MG-WFBP measured and chose."""
+    from ddlbench.methods.mgwfbp import merge_groups
+
+    args = dict(numels=rec["tensor_numels"], min_group_numel=rec["min_group_numel"]) | rule
+    groups = merge_groups(rec["tb_s"], rec["tensor_bytes"], rec["alpha_s"], rec["beta_s_per_byte"], **args)
+    return groups, [sum(rec["tensor_bytes"][i] for i in g) for g in groups]
+
+
 def test_mgwfbp_sends_fewer_larger_messages_matching_its_recorded_groups(runs):
     rec = runs[("tiny-resnet", "mg-wfbp")]
     n_tensors = len(rec["tensor_bytes"])
     assert 1 < len(rec["groups"]) < n_tensors
     assert rec["alpha_s"] == 2e-5 and rec["beta_s_per_byte"] > 0 and len(rec["tb_s"]) == n_tensors
+    assert rec["profile_clock"] == "host" and rec["warnings"] == []  # CPU workers; alpha given, not fitted
+    # The study's small-group rule (8,192 elements) is in force and did work here: the paper's
+    # rule alone would have sent a group of fewer elements before the last.
+    groups, sizes = regrouped(rec)
+    assert sizes == rec["groups"] and rec["min_group_numel"] == 8192
+    numels = [sum(rec["tensor_numels"][i] for i in g) for g in groups]
+    assert min(numels[:-1]) >= 8192
+    paper, _ = regrouped(rec, min_group_numel=0)
+    assert min(sum(rec["tensor_numels"][i] for i in g) for g in paper[:-1]) < 8192
     for cats in iterations(rec).values():
         comms = sorted(cats["comm"], key=lambda c: c["args"]["group"])
         assert [c["args"]["bytes"] for c in comms] == rec["groups"]
@@ -124,14 +142,15 @@ def test_mgwfbp_sends_fewer_larger_messages_matching_its_recorded_groups(runs):
 
 
 def test_mgwfbp_fits_alpha_beta_at_start_up_and_rank0s_choice_is_what_ran(runs):
-    from ddlbench.methods.mgwfbp import fit_alpha_beta, merge_groups
+    from ddlbench.methods.mgwfbp import alpha_warning, fit_alpha_beta
 
     rec = runs[("tiny-bert", "mg-wfbp")]
     bench = rec["microbenchmark"]
-    assert len(bench) >= 3
+    assert [s for s, _ in bench] == [32768 * i for i in range(1, 64)]  # upstream's 32 KiB to 2,016 KiB
     assert (rec["alpha_s"], rec["beta_s_per_byte"]) == pytest.approx(fit_alpha_beta(*zip(*bench)))
-    groups = merge_groups(rec["tb_s"], rec["tensor_bytes"], rec["alpha_s"], rec["beta_s_per_byte"])
-    assert [sum(rec["tensor_bytes"][i] for i in g) for g in groups] == rec["groups"]
+    warned = alpha_warning(rec["alpha_s"], [t for _, t in bench])
+    assert rec["warnings"] == ([warned] if warned else [])
+    assert regrouped(rec)[1] == rec["groups"]
     for rank in range(3):
         for cats in iterations(rec, rank).values():
             assert sorted(c["args"]["bytes"] for c in cats["comm"]) == sorted(rec["groups"])
