@@ -210,6 +210,12 @@ def _check_method(cfg) -> None:
     for key in ("alpha_s", "beta_s_per_byte"):
         if key in m and m[key] is not None and not (isinstance(m[key], (int, float)) and m[key] >= 0):
             raise ConfigError(f"method.{key}={m[key]!r} is invalid; accepted: null (fitted) or a number >= 0")
+    if m.schedule == "mgwfbp":
+        _int(cfg, "method.min_group_numel", 0)
+        _int(cfg, "method.profile_iters", 1)
+        _int(cfg, "method.bench_reps", 1)
+        low = _int(cfg, "method.bench_min_bytes", 4)
+        _int(cfg, "method.bench_max_bytes", low)
 
 
 def _slurm():

@@ -54,6 +54,8 @@ def test_a_torchvision_name_becomes_the_torchvision_model():
         ("backend=nccl", ["nccl", "device=cuda"]),
         ("profile.repeats=0", ["profile.repeats=0", ">= 1"]),
         ("method=mg-wfbp method.alpha_s=-1", ["alpha_s=-1", ">= 0"]),
+        ("method=mg-wfbp method.min_group_numel=-1", ["min_group_numel=-1", ">= 0"]),
+        ("method=mg-wfbp method.bench_max_bytes=1024", ["bench_max_bytes=1024", ">= 32768"]),
         ("method=bsp-ps servers=0", ["servers=0", "parameter-server method needs servers"]),
         ("method=wfbp-a2a servers=2", ["servers=2", "accepted: 0"]),
         ("method=wfbp-ps method.partition_bytes=0", ["partition_bytes=0", ">= 1"]),
