@@ -3,7 +3,8 @@
 Two stages. `preflight(overrides)` runs on the raw command line: group choices (method=,
 model=, ...) must name a config file, a torchvision classifier name becomes
 `model=torchvision model.arch=NAME`, and the result must compose. `resolve(cfg)` then checks
-values and fills the derived ones (local batch, backend) so workers and records see numbers.
+values and fills the derived ones (local batch, backend, distinct batches) so workers
+and records see concrete values.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 GROUPS = ("method", "model", "profile", "engine", "launcher", "experiment")
 DEVICES = ("cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl", "mpi")
+REPEAT_MODES = ("launch", "process")
 
 
 class ConfigError(ValueError):
@@ -147,7 +149,8 @@ def _int(cfg, key: str, minimum: int) -> int:
 
 
 def resolve(cfg: DictConfig) -> DictConfig:
-    """Validate a composed config and fill derived values (local_batch, backend). In place."""
+    """Validate a composed config and fill derived values (local_batch, backend,
+    profile.distinct_batches). In place."""
     with open_dict(cfg):
         _int(cfg, "workers", 1)
         if cfg.servers == "auto":  # one per worker machine (1 here; per worker node on Slurm)
@@ -157,6 +160,11 @@ def resolve(cfg: DictConfig) -> DictConfig:
         _int(cfg, "profile.warmup_iters", 0)
         _int(cfg, "profile.measured_iters", 1)
         _int(cfg, "profile.repeats", 1)
+        if cfg.profile.distinct_batches == "auto":  # every iteration of a repeat gets its own batch
+            cfg.profile.distinct_batches = cfg.profile.warmup_iters + cfg.profile.measured_iters
+        _int(cfg, "profile.distinct_batches", 1)
+        if cfg.profile.repeat_mode not in REPEAT_MODES:
+            raise _bad("profile.repeat_mode", cfg.profile.repeat_mode, REPEAT_MODES)
         if cfg.device not in DEVICES:
             raise _bad("device", cfg.device, DEVICES)
         if cfg.backend not in BACKENDS:

@@ -112,6 +112,16 @@ def test_bad_cluster_settings_fail_before_submitting(cluster, tmp_path):
     assert not out.strip(), "nothing was submitted"
 
 
+def test_repeats_as_launches_run_inside_the_one_job(cluster, tmp_path):
+    ddlbench("method=mg-wfbp", "model=tiny-resnet", "workers=2", "launcher=slurm", "launcher.partition=debug",
+             "profile.warmup_iters=1", "profile.measured_iters=2", "profile.repeats=2", "profile.repeat_mode=launch",
+             *ONE_NODE, results=tmp_path, check=True)
+    (rec,) = records(tmp_path)
+    assert rec["status"] == "ok", rec["error"]
+    assert rec["repeat_mode"] == "launch" and len(rec["launch_dirs"]) == 2 and len(rec["samples_per_sec_per_repeat"]) == 2
+    assert rec["job_id"] and all(launch["groups"] for launch in rec["launches"])  # MG-WFBP chose its groups twice
+
+
 def test_horovod_runs_under_slurm_too(cluster, tmp_path):
     from ddlbench.engines import horovod_available
 

@@ -40,6 +40,22 @@ def test_missing_partition_is_a_one_line_error():
         compose("launcher.workers_per_node=0")
 
 
+def script(tmp_path, *overrides) -> str:
+    from ddlbench import launch
+
+    cfg = compose(*overrides)
+    return slurm.batch_script(cfg, launch.base_record(cfg), tmp_path / "run")
+
+
+def test_the_study_profile_relaunches_every_repeat_inside_the_one_job(tmp_path):
+    out = script(tmp_path, "method=mg-wfbp", "workers=8", "profile=study")
+    assert "every node runs it 5 times, K = 0..4" in out
+    launches = [ln for ln in out.splitlines() if ln.startswith("#   node ")]
+    assert len(launches) == 2 and all(f"{tmp_path / 'run' / 'launch-$K'}" in ln for ln in launches)
+    assert slurm.rendezvous_port("4711", 0) != slurm.rendezvous_port("4711", 1)
+    assert 20000 <= slurm.rendezvous_port("123456_7", 19) < 60000
+
+
 def test_dry_run_prints_the_batch_script_and_submits_nothing(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "ddlbench", "method=bytescheduler-ps", "workers=32", "device=cuda",
                            "launcher=slurm", "launcher.partition=gpu", "launcher.dry_run=true", "launcher.account=proj",
