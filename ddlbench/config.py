@@ -3,7 +3,7 @@
 Two stages. `preflight(overrides)` runs on the raw command line: group choices (method=,
 model=, ...) must name a config file, a torchvision classifier name becomes
 `model=torchvision model.arch=NAME`, and the result must compose. `resolve(cfg)` then checks
-values and fills the derived ones (local batch, backend, distinct batches) so workers
+values and fills the derived ones (device, local batch, backend, distinct batches) so workers
 and records see concrete values.
 """
 from __future__ import annotations
@@ -17,9 +17,11 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 GROUPS = ("method", "model", "profile", "engine", "launcher", "experiment")
-DEVICES = ("cpu", "cuda")
+DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl", "mpi")
 REPEAT_MODES = ("launch", "process")
+# Launchers that start runs on a cluster's nodes: there `device: auto` means the GPUs.
+CLUSTER_LAUNCHERS = ("slurm",)
 
 
 class ConfigError(ValueError):
@@ -149,7 +151,7 @@ def _int(cfg, key: str, minimum: int) -> int:
 
 
 def resolve(cfg: DictConfig) -> DictConfig:
-    """Validate a composed config and fill derived values (local_batch, backend,
+    """Validate a composed config and fill derived values (device, local_batch, backend,
     profile.distinct_batches). In place."""
     with open_dict(cfg):
         _int(cfg, "workers", 1)
@@ -167,6 +169,8 @@ def resolve(cfg: DictConfig) -> DictConfig:
             raise _bad("profile.repeat_mode", cfg.profile.repeat_mode, REPEAT_MODES)
         if cfg.device not in DEVICES:
             raise _bad("device", cfg.device, DEVICES)
+        if cfg.device == "auto":
+            cfg.device = default_device(cfg.launcher.name)
         if cfg.backend not in BACKENDS:
             raise _bad("backend", cfg.backend, BACKENDS)
         if cfg.backend == "auto":
@@ -190,6 +194,11 @@ def resolve(cfg: DictConfig) -> DictConfig:
 
             executable(cfg)  # an MPI is installed
     return cfg
+
+
+def default_device(launcher: str) -> str:
+    """`device: auto`: the GPUs on a cluster launcher (what the study measured), the CPU here."""
+    return "cuda" if launcher in CLUSTER_LAUNCHERS else "cpu"
 
 
 def _check_method(cfg) -> None:

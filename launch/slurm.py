@@ -14,6 +14,12 @@ and one queue wait. Node 0 writes the run record when the last launch ends, so r
 `results_dir` whether or not anyone waits. The submitter prints the job id; with `launcher.wait`
 it follows the job and records a failure Slurm caused (time limit, cancel, node failure) that
 the job could not.
+
+GPUs: with device=cuda (the default here, `device: auto`) the job asks for `workers_per_node`
+GPUs per node (`--gpus-per-node`). A Slurm job's nodes all get the same resources (only a
+heterogeneous job could differ, which submitit cannot write), so where PS servers have nodes of
+their own those nodes are allocated GPUs too, which they leave idle (servers run on the CPU);
+`launcher.servers_on_own_nodes=false` puts the servers beside the workers instead.
 """
 from __future__ import annotations
 
@@ -142,8 +148,8 @@ def executor(cfg, run_dir: Path, name: str, script_only: bool = False):
         partition=L.partition, time=int(L.time_min), nodes=len(plan(cfg)), ntasks_per_node=1,
         setup=list(L.setup), signal_delay_s=30,
     )
-    if cfg.device == "cuda":
-        params["gpus_per_node"] = workers_per_node(cfg)
+    if cfg.device == "cuda":  # a GPU per worker; server-only nodes get them too (see the module's docstring)
+        params["gpus_per_node"] = min(cfg.workers, workers_per_node(cfg))
     for key in ("account", "qos", "cpus_per_task", "mem", "constraint"):
         if L.get(key) is not None:
             params[key] = L[key]
@@ -191,6 +197,10 @@ def batch_script(cfg, rec: dict, run_dir: Path) -> str:
     counts = plan(cfg)
     for node, n in enumerate(counts):
         lines.append(f"#   node {node}: {' '.join(node_command(launch_dir, node, n, len(counts), '$FIRST_NODE', '$PORT'))}")
+    servers_only = len(counts) - math.ceil(cfg.workers / workers_per_node(cfg))
+    if cfg.device == "cuda" and servers_only:
+        lines.append(f"# the last {servers_only} node(s) run PS servers only, on the CPU: one job's nodes all get "
+                     "the same GPUs, which these leave idle (launcher.servers_on_own_nodes=false avoids them)")
     return "\n".join(lines) + "\n"
 
 

@@ -39,6 +39,12 @@ def test_profiles_say_how_many_batches_and_how_repeats_run():
     assert (local.distinct_batches, local.repeat_mode) == (7, "process")  # auto: one per iteration of a repeat
 
 
+def test_device_auto_is_cpu_here_and_a_concrete_value_in_the_config():
+    cfg = config.resolve(config._compose([]))
+    assert (cfg.device, cfg.backend) == ("cpu", "gloo")
+    assert config.default_device("local") == "cpu" and config.default_device("mpirun") == "cpu"
+
+
 def test_ps_methods_default_to_one_server_per_machine_and_a2a_to_none():
     assert config.resolve(config._compose(["method=bsp-ps"])).servers == 1
     assert config.resolve(config._compose(["method=bytescheduler-a2a"])).servers == 0
@@ -57,7 +63,7 @@ def test_a_torchvision_name_becomes_the_torchvision_model():
         ("workers=10000", ["workers=10000", "accepted: 1.."]),
         ("bogus=1", ["'bogus'", "workers", "method"]),
         ("method.nope=1", ["'method.nope'", "fusion_bytes"]),
-        ("device=tpu", ["'tpu'", "cpu, cuda"]),
+        ("device=tpu", ["'tpu'", "auto, cpu, cuda"]),
         ("profile.repeat_mode=twice", ["profile.repeat_mode", "'twice'", "launch, process"]),
         ("profile.distinct_batches=0", ["profile.distinct_batches=0", ">= 1"]),
         ("backend=nccl", ["nccl", "device=cuda"]),
