@@ -20,6 +20,9 @@ GROUPS = ("method", "model", "profile", "engine", "launcher", "experiment")
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl", "mpi")
 REPEAT_MODES = ("launch", "process")
+# profile.distinct_batches=auto: one batch per iteration of a repeat, but never more than this
+# many, all of them held on the device (a long run, say 100000 iterations, must not hold them all).
+AUTO_DISTINCT_BATCHES_MAX = 16
 # Launchers that start runs on a cluster's nodes: there `device: auto` means the GPUs.
 CLUSTER_LAUNCHERS = ("slurm",)
 
@@ -163,7 +166,8 @@ def resolve(cfg: DictConfig) -> DictConfig:
         _int(cfg, "profile.measured_iters", 1)
         _int(cfg, "profile.repeats", 1)
         if cfg.profile.distinct_batches == "auto":  # every iteration of a repeat gets its own batch
-            cfg.profile.distinct_batches = cfg.profile.warmup_iters + cfg.profile.measured_iters
+            cfg.profile.distinct_batches = min(cfg.profile.warmup_iters + cfg.profile.measured_iters,
+                                               AUTO_DISTINCT_BATCHES_MAX)
         _int(cfg, "profile.distinct_batches", 1)
         if cfg.profile.repeat_mode not in REPEAT_MODES:
             raise _bad("profile.repeat_mode", cfg.profile.repeat_mode, REPEAT_MODES)

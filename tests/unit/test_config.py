@@ -37,6 +37,8 @@ def test_profiles_say_how_many_batches_and_how_repeats_run():
     assert (study.distinct_batches, study.repeat_mode) == (1, "launch")  # one reused batch; relaunched
     local = config.resolve(config._compose(["profile=local", "profile.warmup_iters=3", "profile.measured_iters=4"])).profile
     assert (local.distinct_batches, local.repeat_mode) == (7, "process")  # auto: one per iteration of a repeat
+    long = config.resolve(config._compose(["profile.warmup_iters=0", "profile.measured_iters=100000"])).profile
+    assert long.distinct_batches == config.AUTO_DISTINCT_BATCHES_MAX  # all held on the device: bounded
 
 
 def test_device_auto_is_cpu_here_and_a_concrete_value_in_the_config():
