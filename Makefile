@@ -72,7 +72,8 @@ reproduce: install
 # The study's Figure 4: every panel's sweep (conf/experiment/: seven methods x 4/8/16/32 GPUs,
 # the study's protocol), plus each model's one-GPU baseline. On Slurm every run is queued at once
 # (launcher.wait=false) and records itself when it ends; run it again to resume: recorded and
-# still-queued runs are skipped.
+# still-queued runs are skipped. The baseline names device=cuda as the experiments do: the default
+# (device=auto) means GPUs only on Slurm, and a local reproduce-paper is a GPU run too.
 EXPERIMENTS ?= fig4a-resnet50 fig4b-bert-base fig4c-bert-large
 paper_args := results_dir=$(RESULTS) $(cluster_args) $(if $(filter slurm,$(LAUNCHER)),launcher.wait=false) $(OVERRIDES)
 reproduce-paper: install

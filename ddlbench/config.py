@@ -3,7 +3,8 @@
 Two stages. `preflight(overrides)` runs on the raw command line: group choices (method=,
 model=, ...) must name a config file, a torchvision classifier name becomes
 `model=torchvision model.arch=NAME`, and the result must compose. `resolve(cfg)` then checks
-values and fills the derived ones (local batch, backend) so workers and records see numbers.
+values and fills the derived ones (device, local batch, backend, distinct batches) so workers
+and records see concrete values.
 """
 from __future__ import annotations
 
@@ -16,8 +17,14 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 GROUPS = ("method", "model", "profile", "engine", "launcher", "experiment")
-DEVICES = ("cpu", "cuda")
+DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl", "mpi")
+REPEAT_MODES = ("launch", "process")
+# profile.distinct_batches=auto: one batch per iteration of a repeat, but never more than this
+# many, all of them held on the device (a long run, say 100000 iterations, must not hold them all).
+AUTO_DISTINCT_BATCHES_MAX = 16
+# Launchers that start runs on a cluster's nodes: there `device: auto` means the GPUs.
+CLUSTER_LAUNCHERS = ("slurm",)
 
 
 class ConfigError(ValueError):
@@ -147,7 +154,8 @@ def _int(cfg, key: str, minimum: int) -> int:
 
 
 def resolve(cfg: DictConfig) -> DictConfig:
-    """Validate a composed config and fill derived values (local_batch, backend). In place."""
+    """Validate a composed config and fill derived values (device, local_batch, backend,
+    profile.distinct_batches). In place."""
     with open_dict(cfg):
         _int(cfg, "workers", 1)
         if cfg.servers == "auto":  # one per worker machine (1 here; per worker node on Slurm)
@@ -157,8 +165,16 @@ def resolve(cfg: DictConfig) -> DictConfig:
         _int(cfg, "profile.warmup_iters", 0)
         _int(cfg, "profile.measured_iters", 1)
         _int(cfg, "profile.repeats", 1)
+        if cfg.profile.distinct_batches == "auto":  # every iteration of a repeat gets its own batch
+            cfg.profile.distinct_batches = min(cfg.profile.warmup_iters + cfg.profile.measured_iters,
+                                               AUTO_DISTINCT_BATCHES_MAX)
+        _int(cfg, "profile.distinct_batches", 1)
+        if cfg.profile.repeat_mode not in REPEAT_MODES:
+            raise _bad("profile.repeat_mode", cfg.profile.repeat_mode, REPEAT_MODES)
         if cfg.device not in DEVICES:
             raise _bad("device", cfg.device, DEVICES)
+        if cfg.device == "auto":
+            cfg.device = default_device(cfg.launcher.name)
         if cfg.backend not in BACKENDS:
             raise _bad("backend", cfg.backend, BACKENDS)
         if cfg.backend == "auto":
@@ -182,6 +198,11 @@ def resolve(cfg: DictConfig) -> DictConfig:
 
             executable(cfg)  # an MPI is installed
     return cfg
+
+
+def default_device(launcher: str) -> str:
+    """`device: auto`: the GPUs on a cluster launcher (what the study measured), the CPU here."""
+    return "cuda" if launcher in CLUSTER_LAUNCHERS else "cpu"
 
 
 def _check_method(cfg) -> None:

@@ -1,10 +1,18 @@
 """The one timing driver: every method is measured by this loop, the same way.
 
-Per repeat: `warmup_iters` iterations, then `measured_iters` iterations timed one by one from
-the start of forward to the end of the optimizer step (device synchronised on GPU). Batches are
-generated before the clock starts (the study assumes data loading overlaps computation). Each
-iteration's time is the slowest rank's, gathered after the repeat so the loop itself carries no
-extra collective. Formulas: `ddlbench.metrics`.
+It measures as the study's horovod/imagenet_benchmark.py does (a `timeit` over blocks of
+batches), with nothing outside the clock:
+  * every batch exists before the first iteration: `profile.distinct_batches` per rank, on the
+    device, cycled by `data.batch_index` (the study: one batch, reused);
+  * `cudnn.benchmark` is on for CUDA, as the study sets it, before set-up and warm-up;
+  * per repeat, `warmup_iters` untimed iterations, then one block of `measured_iters` timed as a
+    single wall-clock interval: device synchronised once before the block and once after it,
+    after `sync.flush()`, so the block ends only when its last communication has landed (a
+    method that overlaps communication with the next forward gets no untimed gap to hide it in);
+  * after the block, one MAX all-reduce over the workers makes it the slowest rank's time.
+Per-iteration times are host stamps without device synchronisation, kept as a diagnostic only
+(`iter_times_s`); throughput comes from the block times (`block_time_s`). With tracing on, each
+block is a `measure` span in the trace. Formulas: `ddlbench.metrics`.
 """
 from __future__ import annotations
 
@@ -20,43 +28,83 @@ from .models import data
 
 
 def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
+    if ctx.device.type == "cuda":
+        torch.backends.cudnn.benchmark = True  # the study's setting; autotuning then happens in set-up and warm-up
     model = sync.wrap(workload.model)
     sync.setup(workload.model)
     opt = sync.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=cfg.optimizer.lr, momentum=cfg.optimizer.momentum))
     p = cfg.profile
     tracer = ctx.tracer
-    per_repeat: list[list[float]] = []
+    batches = [workload.make_batch(ctx.seed, ctx.rank, b, ctx.device) for b in range(p.distinct_batches)]
+    block_times: list[float] = []
+    iter_times: list[float] = []
     iteration = 0
+
+    def one() -> None:
+        nonlocal iteration
+        torch.manual_seed(data.stream_seed(ctx.seed, ctx.rank, iteration))  # dropout, reproducibly
+        step(model, workload, sync, opt, batches[data.batch_index(iteration, p.distinct_batches)], iteration, tracer)
+        iteration += 1
+
     for repeat in range(p.repeats):
-        times = []
-        for i in range(p.warmup_iters + p.measured_iters):
-            batch = workload.make_batch(ctx.seed, ctx.rank, iteration, ctx.device)
-            torch.manual_seed(data.stream_seed(ctx.seed, ctx.rank, iteration))  # dropout, reproducibly
-            _sync(ctx.device)
-            t0 = time.perf_counter()
-            step(model, workload, sync, opt, batch, iteration, tracer)
+        last = time.perf_counter()
+        for i in range(p.warmup_iters):
+            one()
+            last = _tick(progress, heartbeat, repeat, i, last)
+        first = iteration
+        _sync(ctx.device)
+        t0, t0_us = time.perf_counter(), tracer.now_us()
+        stamps = [t0]
+        for i in range(p.warmup_iters, p.warmup_iters + p.measured_iters):
+            one()
             if i == p.warmup_iters + p.measured_iters - 1:
-                sync.flush()  # a repeat ends when its last communication has landed
-            _sync(ctx.device)
-            dt = time.perf_counter() - t0
-            if i >= p.warmup_iters:
-                times.append(dt)
-            if progress is not None:
-                progress.update(repeat, i, dt)
-            if heartbeat is not None:
-                heartbeat()
-            iteration += 1
-        per_repeat.append(_slowest_rank(times, ctx))
-    mean, std, per_repeat_sps = metrics.throughput_over_repeats(ctx.world * workload.local_batch, per_repeat)
+                sync.flush()  # the block ends when its last communication has landed
+            stamps.append(_tick(progress, heartbeat, repeat, i, stamps[-1]))
+        _sync(ctx.device)
+        t1 = time.perf_counter()
+        tracer.complete("measure", "measure", t0_us, tracer.now_us(),
+                        {"iter": first, "iters": p.measured_iters, "repeat": repeat})
+        slowest = _slowest_rank([t1 - t0] + [b - a for a, b in zip(stamps, stamps[1:])], ctx)
+        block_times.append(slowest[0])
+        iter_times += slowest[1:]
+    mean, std, per_repeat_sps = metrics.throughput_over_repeats(ctx.world, workload.local_batch, p.measured_iters,
+                                                                block_times)
     if progress is not None:
         progress.done(mean, std)
     return {
-        "iter_times_s": [t for ts in per_repeat for t in ts],
+        "block_time_s": block_times,
+        "iter_times_s": iter_times,
         "samples_per_sec": mean,
         "samples_per_sec_std": std,
         "samples_per_sec_per_repeat": per_repeat_sps,
         "iterations_total": iteration,
+        **numerics(ctx.device),
     }
+
+
+def _tick(progress, heartbeat, repeat: int, i: int, since: float) -> float:
+    """After an iteration: report progress and a sign of life; return the host stamp."""
+    now = time.perf_counter()
+    if progress is not None:
+        progress.update(repeat, i, now - since)
+    if heartbeat is not None:
+        heartbeat()
+    return now
+
+
+def numerics(device) -> dict:
+    """What decides a CUDA run's arithmetic and kernels, for the record: cuDNN autotuning, and
+    whether TF32 was on (Ampere and later run fp32 matmuls and convolutions in TF32 where these
+    allow it; NVIDIA_TF32_OVERRIDE=0 forbids it whatever the flags say). The study's RTX 2080 Ti
+    had no TF32."""
+    flags = {
+        "matmul_allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+        "NVIDIA_TF32_OVERRIDE": os.environ.get("NVIDIA_TF32_OVERRIDE"),
+    }
+    capable = device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 8
+    on = capable and flags["NVIDIA_TF32_OVERRIDE"] != "0" and (flags["matmul_allow_tf32"] or flags["cudnn_allow_tf32"])
+    return {"cudnn_benchmark": bool(torch.backends.cudnn.benchmark), "tf32": {**flags, "on": bool(on)}}
 
 
 def step(model, workload, sync, opt, batch, iteration: int, tracer) -> None:
@@ -78,6 +126,7 @@ def step(model, workload, sync, opt, batch, iteration: int, tracer) -> None:
 
 
 def _slowest_rank(times: list[float], ctx) -> list[float]:
+    """Element-wise maximum over the workers: one collective, after the block."""
     if ctx.world == 1:
         return times
     t = torch.tensor(times, dtype=torch.float64, device=ctx.device)

@@ -1,11 +1,15 @@
 """Every metric formula, once, with units in the names.
 
-Throughput (the study's measure). With N workers of local batch B each, an iteration processes
-the global batch N*B; over measured iterations with times t_1..t_k (seconds, the slowest rank's
-time for each iteration):
-    samples_per_sec = N * B / mean(t_i)
-A run repeats warm-up + measurement R times; its throughput is the mean over repeats and its
-error the sample standard deviation over repeats (the study: five runs, mean and std).
+Throughput (the study's measure, horovod/imagenet_benchmark.py: batch x batches / block time).
+With N workers of local batch B each, a repeat measures one block of k iterations as a single
+wall-clock interval: from a device synchronisation before its first iteration to one after its
+last, once the last iteration's communication has landed. T is the slowest rank's block time
+(seconds), so the block ends when every worker has finished:
+    samples_per_sec = N * B * k / T
+Per-iteration times are host stamps without device synchronisation (diagnostics only, never
+averaged into throughput). A run repeats warm-up + measurement R times (in one process, or as R
+launches where the study relaunched); its throughput is the mean over repeats and its error the
+sample standard deviation over repeats (the study: five runs, mean and std).
 
 Speedup against one worker and scaling efficiency:
     speedup(N) = samples_per_sec(N) / samples_per_sec(1)
@@ -53,9 +57,18 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
     return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
 
 
-def throughput_over_repeats(global_batch: int, iter_times_s_per_repeat: Sequence[Sequence[float]]) -> tuple[float, float, list[float]]:
-    """(mean samples/s, std samples/s, samples/s of each repeat)."""
-    per_repeat = [samples_per_sec(global_batch, sum(ts) / len(ts)) for ts in iter_times_s_per_repeat]
+def block_samples_per_sec(workers: int, local_batch: int, iters: int, block_time_s: float) -> float:
+    """N * B * k / T: a measured block of `iters` iterations that took `block_time_s` on the
+    slowest rank."""
+    if block_time_s <= 0:
+        raise ValueError(f"block time must be positive, got {block_time_s}")
+    return workers * local_batch * iters / block_time_s
+
+
+def throughput_over_repeats(workers: int, local_batch: int, iters: int,
+                            block_times_s: Sequence[float]) -> tuple[float, float, list[float]]:
+    """(mean samples/s, std samples/s, samples/s of each repeat), one block time per repeat."""
+    per_repeat = [block_samples_per_sec(workers, local_batch, iters, t) for t in block_times_s]
     mean, std = mean_std(per_repeat)
     return mean, std, per_repeat
 

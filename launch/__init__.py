@@ -2,6 +2,13 @@
 
 `run(cfg)` prepares the run directory, starts the configured launcher, and appends the run
 record, ok or failed, to `<results_dir>/runs.jsonl`.
+
+Repeats (`profile.repeat_mode`): `process` runs all R repeats in one launch, one after the other
+in the same processes; `launch` starts the run R times with one repeat each, one after another,
+as the study relaunched its five runs, so whatever a method decides at start-up (MG-WFBP's
+profile and merge) is decided afresh each time and its variance shows in the std. Each launch
+keeps its own directory (`<run_dir>/launch-<k>`); their results merge into the one record, which
+fails if any launch failed (and no launch starts after a failed one).
 """
 from __future__ import annotations
 
@@ -13,7 +20,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from ddlbench import record
+from ddlbench import metrics, record
 from ddlbench.config import threads_per_worker
 
 
@@ -52,15 +59,43 @@ def run(cfg) -> dict:
 
     from . import local
 
-    cmd = command(cfg, run_dir, env)
-    rc, reason = local.start(cfg, run_dir, env, cmd)
+    rc, reason = run_launches(cfg, run_dir, lambda k, d: local.start(cfg, d, env, command(cfg, d, env)))
     finish(cfg, rec, run_dir, rc, reason, runs_file)
     return rec
 
 
+def launch_dirs(cfg, run_dir: Path) -> list[Path]:
+    """Where each launch of the run writes: the run directory itself (repeat_mode=process), or
+    one directory per repeat under it (repeat_mode=launch)."""
+    if cfg.profile.repeat_mode == "process":
+        return [run_dir]
+    return [run_dir / f"launch-{k}" for k in range(cfg.profile.repeats)]
+
+
+def run_launches(cfg, run_dir: Path, start) -> tuple[int, str | None]:
+    """Call `start(k, launch_dir)` -> (exit code, reason) for each launch in turn; stop at the
+    first that fails and say which it was."""
+    dirs = launch_dirs(cfg, run_dir)
+    for k, d in enumerate(dirs):
+        if len(dirs) > 1:
+            print(f"[ddlbench] {cfg.method.name} {cfg.model.name} x{cfg.workers}: launch {k + 1}/{len(dirs)} "
+                  f"(profile.repeat_mode=launch)", flush=True)
+        rc, reason = start(k, d)
+        if rc != 0:
+            return rc, f"launch {k + 1}/{len(dirs)}: {reason}" if len(dirs) > 1 else reason
+    return 0, None
+
+
 def _prepare(cfg, run_dir: Path) -> None:
+    """The run directory with the resolved config; with repeat_mode=launch, one directory per
+    launch whose config asks for a single repeat."""
     run_dir.mkdir(parents=True)
     OmegaConf.save(cfg, run_dir / "config.yaml", resolve=True)
+    one = OmegaConf.merge(cfg, {"profile": {"repeats": 1}})
+    for d in launch_dirs(cfg, run_dir):
+        if d != run_dir:
+            d.mkdir()
+            OmegaConf.save(one, d / "config.yaml", resolve=True)
 
 
 def run_env(cfg, local_procs: int | None = None) -> dict:
@@ -88,15 +123,38 @@ LAUNCHERS = {"local": "local", "mpirun": "mpirun", "horovodrun": "horovodrun"}
 
 
 def finish(cfg, rec: dict, run_dir: Path, rc: int, reason: str | None, runs_file: Path) -> None:
-    """Turn what the ranks left in `run_dir` into the run record and append it."""
-    result_file = run_dir / "result.json"
-    if rc == 0 and result_file.exists():
-        result = json.loads(result_file.read_text())
-        rec.update({k: v for k, v in result.items() if k != "world"}, status="ok", error=None)
+    """Turn what the ranks left in the run's launch directories into the run record and append it."""
+    files = [d / "result.json" for d in launch_dirs(cfg, run_dir)]
+    missing = [f for f in files if not f.exists()]
+    if rc == 0 and not missing:
+        results = [{k: v for k, v in json.loads(f.read_text()).items() if k != "world"} for f in files]
+        rec.update(merge_launches(cfg, results, [f.parent for f in files]), status="ok", error=None)
     else:
+        if reason is None and missing:
+            reason = f"no result was written in {missing[0].parent}"
         rec.update(status="failed", error=reason or "no result was written", hosts=[os.uname().nodename])
     record.append(runs_file, rec)
     _say(rec, runs_file)
+
+
+def merge_launches(cfg, results: list[dict], dirs: list[Path]) -> dict:
+    """One record's worth of results from the run's launches: a single launch's as it is; for
+    repeat_mode=launch, the first launch's fields (trace, fingerprint, the method's choices)
+    with the measurements of every launch joined, throughput's mean and std taken over all the
+    launches' repeats, and each launch's own result kept under `launches`."""
+    if cfg.profile.repeat_mode == "process":
+        return {**results[0], "launch_dirs": None, "launches": None}
+    per_repeat = [sps for r in results for sps in r["samples_per_sec_per_repeat"]]
+    mean, std = metrics.mean_std(per_repeat)
+    joined = {key: [v for r in results for v in r[key]] for key in ("block_time_s", "iter_times_s")}
+    return {
+        **results[0], **joined,
+        "samples_per_sec": mean, "samples_per_sec_std": std, "samples_per_sec_per_repeat": per_repeat,
+        "iterations_total": sum(r["iterations_total"] for r in results),
+        "params_consistent": all(r["params_consistent"] for r in results),
+        "hosts": sorted({h for r in results for h in r["hosts"]}),
+        "launch_dirs": [str(d) for d in dirs], "launches": results,
+    }
 
 
 def base_record(cfg) -> dict:
@@ -105,7 +163,7 @@ def base_record(cfg) -> dict:
     rec.update(
         method=cfg.method.name, model=cfg.model.name, workers=cfg.workers, servers=cfg.servers,
         engine=cfg.engine.name, backend=cfg.backend, device=cfg.device, local_batch=cfg.local_batch,
-        warmup_iters=p.warmup_iters, measured_iters=p.measured_iters, repeats=p.repeats,
+        warmup_iters=p.warmup_iters, measured_iters=p.measured_iters, repeats=p.repeats, repeat_mode=p.repeat_mode,
         config=OmegaConf.to_container(cfg, resolve=True), versions=record.versions(),
         git_commit=record.git_commit(), started_at=record.now_iso(), launcher=cfg.launcher.name,
     )

@@ -8,9 +8,18 @@ static rendezvous numbers them, so each node runs one torchrun with its own proc
 
 The job runs one task per node (`node_main`): it starts that node's torchrun, rendezvous at the
 first node on a port derived from the job id, under the same watchdog as the local launcher.
-Node 0 writes the run record when its ranks end, so records land in `results_dir` whether or
-not anyone waits. The submitter prints the job id; with `launcher.wait` it follows the job and
-records a failure Slurm caused (time limit, cancel, node failure) that the job could not.
+With `profile.repeat_mode=launch` every node does so once per repeat, one launch after another
+inside the one batch job (a port of its own per launch), so the R launches share one allocation
+and one queue wait. Node 0 writes the run record when the last launch ends, so records land in
+`results_dir` whether or not anyone waits. The submitter prints the job id; with `launcher.wait`
+it follows the job and records a failure Slurm caused (time limit, cancel, node failure) that
+the job could not.
+
+GPUs: with device=cuda (the default here, `device: auto`) the job asks for `workers_per_node`
+GPUs per node (`--gpus-per-node`). A Slurm job's nodes all get the same resources (only a
+heterogeneous job could differ, which submitit cannot write), so where PS servers have nodes of
+their own those nodes are allocated GPUs too, which they leave idle (servers run on the CPU);
+`launcher.servers_on_own_nodes=false` puts the servers beside the workers instead.
 """
 from __future__ import annotations
 
@@ -122,18 +131,25 @@ def gpus_per_node_offered(partition: str) -> int | None:
 
 
 # -- submission ------------------------------------------------------------------------------
-def executor(cfg, run_dir: Path, name: str):
+def executor(cfg, run_dir: Path, name: str, script_only: bool = False):
+    """submitit's executor for the run; `script_only` (a dry run) also works where Slurm is not
+    installed: it only writes the script, so it needs no `srun` here."""
     import submitit
 
+    class ScriptOnly(submitit.SlurmExecutor):
+        @classmethod
+        def affinity(cls) -> int:  # submitit refuses to build an executor without srun on PATH
+            return 1
+
     L = cfg.launcher
-    ex = submitit.SlurmExecutor(folder=str(run_dir / "slurm"), max_num_timeout=0)
+    ex = (ScriptOnly if script_only else submitit.SlurmExecutor)(folder=str(run_dir / "slurm"), max_num_timeout=0)
     params = dict(
         job_name=name,
         partition=L.partition, time=int(L.time_min), nodes=len(plan(cfg)), ntasks_per_node=1,
         setup=list(L.setup), signal_delay_s=30,
     )
-    if cfg.device == "cuda":
-        params["gpus_per_node"] = workers_per_node(cfg)
+    if cfg.device == "cuda":  # a GPU per worker; server-only nodes get them too (see the module's docstring)
+        params["gpus_per_node"] = min(cfg.workers, workers_per_node(cfg))
     for key in ("account", "qos", "cpus_per_task", "mem", "constraint"):
         if L.get(key) is not None:
             params[key] = L[key]
@@ -166,15 +182,33 @@ def queued_job(name: str) -> str | None:
 def batch_script(cfg, rec: dict, run_dir: Path) -> str:
     """What sbatch gets (submitit's script; its `srun` runs `node_main` once per node), with the
     launch line each node then runs."""
-    ex = executor(cfg, run_dir, job_name(cfg, rec))
+    ex = executor(cfg, run_dir, job_name(cfg, rec), script_only=True)
     # submitit writes this text into the job folder at submit time; the helper is not public
     text = ex._make_submission_file_text(ex._submitit_command_str, "DRYRUN")
+    from . import launch_dirs
+
+    dirs = launch_dirs(cfg, run_dir)
+    launch_dir = run_dir if dirs == [run_dir] else run_dir / "launch-$K"
     lines = [text.rstrip(), "", "# each srun task (one per node) runs ddlbench.launch.slurm.node_main, which starts the line below",
-             "# (FIRST_NODE: the first host of the job; PORT: 20000 + job id % 20000):"]
+             "# (FIRST_NODE: the first host of the job; PORT: 20000 + (job id % 2000) * 20 + K % 20, K the launch):"]
+    if launch_dir != run_dir:
+        lines.append(f"# profile.repeat_mode=launch: every node runs it {len(dirs)} times, K = 0..{len(dirs) - 1}, "
+                     "one launch after another")
     counts = plan(cfg)
     for node, n in enumerate(counts):
-        lines.append(f"#   node {node}: {' '.join(node_command(run_dir, node, n, len(counts), '$FIRST_NODE', '$PORT'))}")
+        lines.append(f"#   node {node}: {' '.join(node_command(launch_dir, node, n, len(counts), '$FIRST_NODE', '$PORT'))}")
+    servers_only = len(counts) - math.ceil(cfg.workers / workers_per_node(cfg))
+    if cfg.device == "cuda" and servers_only:
+        lines.append(f"# the last {servers_only} node(s) run PS servers only, on the CPU: one job's nodes all get "
+                     "the same GPUs, which these leave idle (launcher.servers_on_own_nodes=false avoids them)")
     return "\n".join(lines) + "\n"
+
+
+def rendezvous_port(job_id: str, launch: int) -> int:
+    """Launch `launch`'s rendezvous port at the job's first node: 20 ports per job, spread by job
+    id over 20000..59999. Each launch gets a fresh port, so a node that starts the next launch
+    never meets the previous launch's store still closing; launches k and k + 20 never overlap."""
+    return 20000 + int(str(job_id).split("_")[0]) % 2000 * 20 + launch % 20
 
 
 def submit(cfg, rec: dict, run_dir: Path, runs_file: Path) -> dict:
@@ -266,24 +300,28 @@ def node_main(run_dir: str, rec: dict) -> int:
     import submitit
     from omegaconf import OmegaConf
 
-    from . import finish, local, run_env
+    from . import finish, local, run_env, run_launches
 
     run_dir = Path(run_dir)
     cfg = OmegaConf.load(run_dir / "config.yaml")
     job = submitit.JobEnvironment()
     node = job.node
     counts = plan(cfg)
-    port = 20000 + int(job.job_id.split("_")[0]) % 20000
     env = run_env(cfg, local_procs=counts[node])
-    if cfg.engine.name == "horovod":
-        cmd = _horovod_command(cfg, run_dir, job.hostnames, counts) if node == 0 else None
-    else:
-        cmd = node_command(run_dir, node, counts[node], len(counts), job.hostnames[0], port)
-    if cmd is None:  # horovodrun on node 0 starts the ranks of every node
-        while not (run_dir / "result.json").exists() and not any(run_dir.glob("error-rank*.json")):
+
+    def start(k: int, launch_dir: Path) -> tuple[int, str | None]:
+        if cfg.engine.name != "horovod":
+            port = rendezvous_port(job.job_id, k)
+            return local.start(cfg, launch_dir, env, node_command(launch_dir, node, counts[node], len(counts),
+                                                                  job.hostnames[0], port))
+        if node == 0:
+            return local.start(cfg, launch_dir, env, _horovod_command(cfg, launch_dir, job.hostnames, counts))
+        # horovodrun on node 0 starts the ranks of every node; the others wait for the launch to end
+        while not (launch_dir / "result.json").exists() and not any(launch_dir.glob("error-rank*.json")):
             time.sleep(POLL_S)
-        return 0
-    rc, reason = local.start(cfg, run_dir, env, cmd)
+        return (0, None) if (launch_dir / "result.json").exists() else (1, "a rank reported an error")
+
+    rc, reason = run_launches(cfg, run_dir, start)
     if node == 0:
         rec = dict(rec, job_id=job.job_id, hosts=job.hostnames)
         finish(cfg, rec, run_dir, rc, reason, Path(cfg.results_dir) / "runs.jsonl")

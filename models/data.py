@@ -1,7 +1,9 @@
 """Synthetic data, deterministic per (seed, rank, iteration).
 
 The study feeds synthetic inputs (224x224x3 images; 64-token sentences) so that data loading
-never enters the measurement; we do the same, generated outside the timed region.
+never enters the measurement; we do the same. The driver generates `profile.distinct_batches`
+batches per rank before it measures anything and cycles through them (`batch_index`); the study
+(horovod/imagenet_benchmark.py) builds one batch on the GPU and reuses it.
 """
 from __future__ import annotations
 
@@ -13,6 +15,17 @@ _MIX = 1_000_003  # keeps (seed, rank, iteration) streams apart
 def stream_seed(seed: int, rank: int, iteration: int) -> int:
     """One RNG seed per (seed, rank, iteration); also seeds dropout for that micro-batch."""
     return ((seed * _MIX + rank) * _MIX + iteration + (1 << 20)) % (2**63 - 1)
+
+
+def batch_index(iteration: int, distinct_batches: int) -> int:
+    """Which of the `distinct_batches` pre-generated batches iteration `iteration` trains on.
+
+    The one mapping the driver and the single-process reference (tests/helpers.py) share: with
+    one batch every iteration reuses it (the study); with one per iteration of a repeat, every
+    iteration of a repeat sees its own data."""
+    if distinct_batches < 1:
+        raise ValueError(f"distinct_batches={distinct_batches!r} is invalid; accepted: an integer >= 1")
+    return iteration % distinct_batches
 
 
 def _generator(seed: int, rank: int, iteration: int) -> torch.Generator:

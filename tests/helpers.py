@@ -11,7 +11,7 @@ import torch
 from omegaconf import OmegaConf
 
 from ddlbench import models
-from ddlbench.models.data import stream_seed
+from ddlbench.models.data import batch_index, stream_seed
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -36,14 +36,19 @@ def records(results: Path) -> list[dict]:
 
 def reference_parameters(run_dir: Path) -> dict[str, torch.Tensor]:
     """Single-process SGD on the union of the workers' batches: each worker's micro-batch
-    (BatchNorm normalises per worker, as in data-parallel training) contributes loss / N."""
+    (BatchNorm normalises per worker, as in data-parallel training) contributes loss / N.
+
+    The iterations of one launch: every repeat with repeat_mode=process, one repeat with
+    repeat_mode=launch (each launch starts afresh from the seed). Batches are picked as the
+    driver picks them (`batch_index` over `profile.distinct_batches`)."""
     cfg = OmegaConf.load(run_dir / "config.yaml")
+    p = cfg.profile
     w = models.build(cfg.model, cfg.local_batch, cfg.seed)
     opt = torch.optim.SGD(w.model.parameters(), lr=cfg.optimizer.lr, momentum=cfg.optimizer.momentum)
-    total = cfg.profile.repeats * (cfg.profile.warmup_iters + cfg.profile.measured_iters)
-    for it in range(total):
+    repeats = 1 if p.repeat_mode == "launch" else p.repeats
+    for it in range(repeats * (p.warmup_iters + p.measured_iters)):
         for rank in range(cfg.workers):
-            batch = w.make_batch(cfg.seed, rank, it, torch.device("cpu"))
+            batch = w.make_batch(cfg.seed, rank, batch_index(it, p.distinct_batches), torch.device("cpu"))
             torch.manual_seed(stream_seed(cfg.seed, rank, it))
             (w.loss(w.model, batch) / cfg.workers).backward()
         opt.step()

@@ -16,8 +16,9 @@ from helpers import REPO, ddlbench, records
 
 pytestmark = pytest.mark.cluster
 SCRIPT = REPO / "tests" / "cluster" / "slurm.sh"
-# One node: both workers on it, and the PS server beside them.
-ONE_NODE = ["launcher.workers_per_node=2", "launcher.servers_on_own_nodes=false"]
+# One node: both workers on it, and the PS server beside them; on its CPU (this cluster has no GPUs,
+# and on Slurm the default device is cuda).
+ONE_NODE = ["launcher.workers_per_node=2", "launcher.servers_on_own_nodes=false", "device=cpu"]
 QUICK = ["WARMUP=1", "ITERS=2", "REPEATS=1", "MODEL=tiny-resnet"]
 
 
@@ -104,12 +105,23 @@ def test_bad_cluster_settings_fail_before_submitting(cluster, tmp_path):
 
     assert "launcher.partition is not set; accepted: debug" in error()
     assert "unknown launcher.partition 'gpu'; accepted: debug" in error("launcher.partition=gpu")
-    assert "need 2 nodes of partition 'debug', which has 1" in error("launcher.partition=debug", "workers=8")
+    assert "need 2 nodes of partition 'debug', which has 1" in error("launcher.partition=debug", "workers=8", "device=cpu")
+    assert "offer no GPUs" in error("launcher.partition=debug")  # the default on Slurm: the GPUs
     assert "offer no GPUs" in error("launcher.partition=debug", "device=cuda")
     assert "unknown engine 'mxnet'" in error("launcher.partition=debug", "engine=mxnet")
     assert not (tmp_path / "runs.jsonl").exists()
     out = subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout
     assert not out.strip(), "nothing was submitted"
+
+
+def test_repeats_as_launches_run_inside_the_one_job(cluster, tmp_path):
+    ddlbench("method=mg-wfbp", "model=tiny-resnet", "workers=2", "launcher=slurm", "launcher.partition=debug",
+             "profile.warmup_iters=1", "profile.measured_iters=2", "profile.repeats=2", "profile.repeat_mode=launch",
+             *ONE_NODE, results=tmp_path, check=True)
+    (rec,) = records(tmp_path)
+    assert rec["status"] == "ok", rec["error"]
+    assert rec["repeat_mode"] == "launch" and len(rec["launch_dirs"]) == 2 and len(rec["samples_per_sec_per_repeat"]) == 2
+    assert rec["job_id"] and all(launch["groups"] for launch in rec["launches"])  # MG-WFBP chose its groups twice
 
 
 def test_horovod_runs_under_slurm_too(cluster, tmp_path):

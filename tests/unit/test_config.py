@@ -32,6 +32,21 @@ def test_the_study_profile_uses_the_models_batch_and_protocol():
     assert cfg.local_batch == 16
 
 
+def test_profiles_say_how_many_batches_and_how_repeats_run():
+    study = config.resolve(config._compose(["profile=study"])).profile
+    assert (study.distinct_batches, study.repeat_mode) == (1, "launch")  # one reused batch; relaunched
+    local = config.resolve(config._compose(["profile=local", "profile.warmup_iters=3", "profile.measured_iters=4"])).profile
+    assert (local.distinct_batches, local.repeat_mode) == (7, "process")  # auto: one per iteration of a repeat
+    long = config.resolve(config._compose(["profile.warmup_iters=0", "profile.measured_iters=100000"])).profile
+    assert long.distinct_batches == config.AUTO_DISTINCT_BATCHES_MAX  # all held on the device: bounded
+
+
+def test_device_auto_is_cpu_here_and_a_concrete_value_in_the_config():
+    cfg = config.resolve(config._compose([]))
+    assert (cfg.device, cfg.backend) == ("cpu", "gloo")
+    assert config.default_device("local") == "cpu" and config.default_device("mpirun") == "cpu"
+
+
 def test_ps_methods_default_to_one_server_per_machine_and_a2a_to_none():
     assert config.resolve(config._compose(["method=bsp-ps"])).servers == 1
     assert config.resolve(config._compose(["method=bytescheduler-a2a"])).servers == 0
@@ -50,7 +65,9 @@ def test_a_torchvision_name_becomes_the_torchvision_model():
         ("workers=10000", ["workers=10000", "accepted: 1.."]),
         ("bogus=1", ["'bogus'", "workers", "method"]),
         ("method.nope=1", ["'method.nope'", "fusion_elems"]),
-        ("device=tpu", ["'tpu'", "cpu, cuda"]),
+        ("device=tpu", ["'tpu'", "auto, cpu, cuda"]),
+        ("profile.repeat_mode=twice", ["profile.repeat_mode", "'twice'", "launch, process"]),
+        ("profile.distinct_batches=0", ["profile.distinct_batches=0", ">= 1"]),
         ("backend=nccl", ["nccl", "device=cuda"]),
         ("profile.repeats=0", ["profile.repeats=0", ">= 1"]),
         ("method=mg-wfbp method.alpha_s=-1", ["alpha_s=-1", ">= 0"]),

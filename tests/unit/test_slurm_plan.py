@@ -40,6 +40,40 @@ def test_missing_partition_is_a_one_line_error():
         compose("launcher.workers_per_node=0")
 
 
+def script(tmp_path, *overrides) -> str:
+    from ddlbench import launch
+
+    cfg = compose(*overrides)
+    return slurm.batch_script(cfg, launch.base_record(cfg), tmp_path / "run")
+
+
+def test_on_slurm_the_default_device_is_the_gpus_and_the_script_asks_for_them(tmp_path):
+    cfg = compose("method=mg-wfbp", "workers=32")
+    assert (cfg.device, cfg.backend) == ("cuda", "nccl")
+    out = script(tmp_path, "method=mg-wfbp", "workers=32")
+    assert "#SBATCH --gpus-per-node=4" in out and "#SBATCH --nodes=8" in out
+    assert "--gpus-per-node=2" in script(tmp_path, "workers=2")  # never more GPUs than workers
+    cpu = script(tmp_path, "method=mg-wfbp", "workers=32", "device=cpu")
+    assert "#SBATCH --nodes=8" in cpu and "gpus" not in cpu and "gres" not in cpu
+    assert compose("device=cpu").backend == "gloo"
+
+
+def test_server_only_nodes_are_said_to_leave_their_gpus_idle(tmp_path):
+    out = script(tmp_path, "method=bsp-ps", "workers=8")
+    assert "#SBATCH --nodes=4" in out and "the last 2 node(s) run PS servers only" in out
+    beside = script(tmp_path, "method=bsp-ps", "workers=8", "launcher.servers_on_own_nodes=false")
+    assert "#SBATCH --nodes=2" in beside and "servers only" not in beside
+
+
+def test_the_study_profile_relaunches_every_repeat_inside_the_one_job(tmp_path):
+    out = script(tmp_path, "method=mg-wfbp", "workers=8", "profile=study")
+    assert "every node runs it 5 times, K = 0..4" in out
+    launches = [ln for ln in out.splitlines() if ln.startswith("#   node ")]
+    assert len(launches) == 2 and all(f"{tmp_path / 'run' / 'launch-$K'}" in ln for ln in launches)
+    assert slurm.rendezvous_port("4711", 0) != slurm.rendezvous_port("4711", 1)
+    assert 20000 <= slurm.rendezvous_port("123456_7", 19) < 60000
+
+
 def test_dry_run_prints_the_batch_script_and_submits_nothing(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "ddlbench", "method=bytescheduler-ps", "workers=32", "device=cuda",
                            "launcher=slurm", "launcher.partition=gpu", "launcher.dry_run=true", "launcher.account=proj",

@@ -1,0 +1,81 @@
+"""The timing driver in one process (a Gloo group of one): batches exist before anything is
+measured, iterations pick them as `batch_index` says, and each block is one interval that holds
+its iterations. (That a block also holds its communication, across workers, is shown by
+tests/multiproc/test_reproduce.py.)"""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from ddlbench import config, driver, methods, models
+from ddlbench.models.data import batch_index
+from ddlbench.trace import Tracer
+
+
+def test_batch_index_reuses_one_batch_or_gives_each_iteration_of_a_repeat_its_own():
+    assert [batch_index(i, 1) for i in range(5)] == [0] * 5  # the study: one batch, reused
+    # local: warm-up 2 + measured 3 = 5 batches; the second repeat (iterations 5..9) cycles them again
+    assert [batch_index(i, 5) for i in range(10)] == [0, 1, 2, 3, 4, 0, 1, 2, 3, 4]
+    with pytest.raises(ValueError, match="distinct_batches=0"):
+        batch_index(3, 0)
+
+
+@pytest.fixture
+def group(tmp_path):
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("method", ["bsp-a2a", "bytescheduler-a2a"])
+def test_batches_are_made_before_measuring_and_each_block_holds_its_iterations(group, method):
+    cfg = config.resolve(config._compose([
+        f"method={method}", "model=tiny-resnet", "workers=1", "local_batch=2", "profile.warmup_iters=1",
+        "profile.measured_iters=3", "profile.repeats=2", "profile.distinct_batches=2"]))
+    real = models.build(cfg.model, cfg.local_batch, cfg.seed)
+    tracer = Tracer(0)
+    made, used = [], []  # (trace time, batch index) of every batch made; the batch each forward got
+
+    def make_batch(seed, rank, index, device):
+        made.append((tracer.now_us(), index))
+        return real.make_batch(seed, rank, index, device)
+
+    def loss(model, batch):
+        used.append(batch)
+        return real.loss(model, batch)
+
+    w = dataclasses.replace(real, make_batch=make_batch, loss=loss)
+    ctx = methods.Context(rank=0, world=1, device=torch.device("cpu"), tracer=tracer, workload=w, seed=cfg.seed,
+                          extra={"workers": 1, "servers": 0, "comm_timeout_s": 30, "optimizer": cfg.optimizer,
+                                 "engine": "torch", "startup_timeout_s": 60})
+    sync = methods.build(cfg.method, ctx)
+    result = driver.measure(cfg, ctx, w, sync)
+    sync.close()
+
+    events = tracer.events
+    first_forward = min(e["ts"] for e in events if e["cat"] == "forward")
+    assert [i for _, i in made] == [0, 1] and all(t < first_forward for t, _ in made)
+    batches = {}
+    for it, batch in enumerate(used):  # 2 repeats x (1 + 3) iterations, cycling over the two batches
+        batches.setdefault(batch_index(it, 2), batch)
+        assert batch is batches[batch_index(it, 2)]
+    assert len(used) == 8
+
+    blocks = sorted((e for e in events if e["cat"] == "measure"), key=lambda e: e["ts"])
+    assert [(b["args"]["iter"], b["args"]["iters"]) for b in blocks] == [(1, 3), (5, 3)]
+    for b, block_time in zip(blocks, result["block_time_s"]):
+        inside = [e for e in events if e["cat"] != "measure" and b["args"]["iter"] <= e["args"]["iter"] < b["args"]["iter"] + 3]
+        assert {e["cat"] for e in inside} >= {"forward", "backward"}  # one worker: no communication
+        assert all(b["ts"] <= e["ts"] and e["ts"] + e["dur"] <= b["ts"] + b["dur"] for e in inside)
+        assert b["dur"] / 1e6 == pytest.approx(block_time, abs=1e-3)
+    # the per-iteration host stamps split the block: diagnostics, never more than the block
+    per_iter = result["iter_times_s"]
+    assert len(per_iter) == 6 and len(result["block_time_s"]) == 2
+    for r, block_time in enumerate(result["block_time_s"]):
+        assert sum(per_iter[3 * r:3 * r + 3]) <= block_time
+    assert result["samples_per_sec_per_repeat"] == pytest.approx([1 * 2 * 3 / t for t in result["block_time_s"]])
+    assert result["cudnn_benchmark"] is False and result["tf32"]["on"] is False  # a CPU run
+    assert set(result["tf32"]) == {"matmul_allow_tf32", "cudnn_allow_tf32", "NVIDIA_TF32_OVERRIDE", "on"}
