@@ -1,11 +1,11 @@
 """Verdicts that respect noise: the statistics behind them, the three verdicts on golden fixtures,
-and the marks and labels in tables and figures."""
+the marks and labels in tables and figures, and the benchmark ratio printer."""
 import math
 
 import pytest
 
 from ddlbench import metrics
-from ddlbench.analysis import figures, findings, noise, reference, tables
+from ddlbench.analysis import figures, findings, noise, ratios, reference, tables
 
 
 def rec(method, workers, per_repeat, model="resnet50", **kw):
@@ -203,3 +203,46 @@ def test_goal_is_met_missed_or_not_resolved():
     assert noise.goal(0.95, 1.05, upper=1.0) == "not resolved at this noise"
     assert noise.goal(0.97, 1.04, 0.95, 1.05) == "met"
     assert noise.goal(0.90, 0.94, 0.95, 1.05) == "missed"
+
+
+def bench_rounds(per_round_ratio, model="resnet50"):
+    """Rounds where ddp runs at 10 samples/s and mg-wfbp takes `ratio` times its iteration time."""
+    return [[rec("ddp", 2, [10.0], model=model), rec("mg-wfbp", 2, [10.0 / r], model=model)] for r in per_round_ratio]
+
+
+GOAL = (ratios.Goal("resnet50", "mg-wfbp", upper=1.00),)
+
+
+def test_ratio_printer_shows_the_bootstrap_interval():
+    # With 3 rounds, a resampled median is the smallest with probability 7/27 (two or three draws
+    # of it) and likewise the largest, so the 2.5% and 97.5% points are the range: [0.80, 0.95].
+    text = ratios.table(bench_rounds([0.80, 0.90, 0.95]), ["resnet50"], ["ddp", "mg-wfbp"], "ddp", GOAL)
+    lines = text.splitlines()
+    assert lines[0] == "| model | ddp | mg-wfbp |"
+    assert lines[2] == "| resnet50 | 1.00 [1.00, 1.00] (10.00/s) | 0.90 [0.80, 0.95] (11.11/s) |"
+    # every round below 1.00, yet three rounds cannot tell a median from 1.00 at 95%
+    assert lines[3] == ("goal mg-wfbp / ddp <= 1.00 on resnet50: 0.90 [0.80, 0.95]: "
+                        "not resolved at this noise (3 rounds; a median needs 6)")
+
+
+@pytest.mark.parametrize("per_round, verdict", [
+    ([0.90] * 6, "met"),
+    ([1.10] * 6, "missed"),
+    ([0.90, 1.10] * 3, "not resolved at this noise"),
+])
+def test_ratio_goal_from_six_rounds(per_round, verdict):
+    text = ratios.table(bench_rounds(per_round), ["resnet50"], ["ddp", "mg-wfbp"], "ddp", GOAL)
+    assert text.splitlines()[-1].endswith(f": {verdict}")
+
+
+def test_ratio_pairs_runs_of_the_same_round_only(tmp_path):
+    import json
+
+    for r, rnd in enumerate(bench_rounds([0.5, 2.0])):
+        d = ratios.round_dir(tmp_path, r)
+        d.mkdir(parents=True)
+        (d / "runs.jsonl").write_text("\n".join(json.dumps(x) for x in rnd) + "\n")
+    rounds = ratios.load_rounds(tmp_path)
+    r = ratios.ratio(rounds, "resnet50", "mg-wfbp", "ddp")
+    assert r.per_round == (0.5, 2.0)
+    assert ratios.ratio(rounds, "bert-base", "mg-wfbp", "ddp") is None
