@@ -14,7 +14,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from . import findings, intensity, reference, tables
+from . import findings, intensity, noise, reference, tables
 from .figures import figure4
 from .records import load
 
@@ -34,7 +34,9 @@ def build(results: Path, out: Path, reference_csv: Path = reference.DEFAULT_CSV)
 
     md += ["## Figure 4: throughput per method and worker count", "",
            "Bars: samples/s, mean over repeats, error bars one standard deviation; above each group, "
-           "the best speedup over one worker (where a one-worker run exists).", ""]
+           "the best speedup over one worker (where a one-worker run exists): the method, how many others "
+           "are within noise of it, and the 95% t-interval of its mean over the one-worker mean (or, with "
+           "fewer than 3 repeats, its repeats and the setup's run-to-run spread).", ""]
     for s in sorted(setups, key=lambda s: (s.model, s.source != "ours", s.local_batch, s.network)):
         i = (reference.STUDY_MODELS.get(s.model, {}).get("intensity") if s.source == "published"
              else facts.get(s.model, {}).get("intensity"))
@@ -43,11 +45,11 @@ def build(results: Path, out: Path, reference_csv: Path = reference.DEFAULT_CSV)
 
     header, rows = tables.results_table(setups)
     tables.write_csv(out / "results.csv", header, rows)
-    md += ["## Results: samples/s (mean ± std)", "", tables.markdown(header, rows), ""]
+    md += ["## Results: samples/s (mean ± std)", "", tables.LEGEND, "", tables.markdown(header, rows), ""]
 
     header, rows = tables.speedup_table(setups)
     tables.write_csv(out / "speedup.csv", header, rows)
-    md += ["## Speedup over one worker (scaling efficiency)", "", tables.markdown(header, rows), ""]
+    md += ["## Speedup over one worker (scaling efficiency)", "", tables.LEGEND, "", tables.markdown(header, rows), ""]
 
     header, rows = side_by_side(setups)
     tables.write_csv(out / "side_by_side.csv", header, rows)
@@ -59,7 +61,11 @@ def build(results: Path, out: Path, reference_csv: Path = reference.DEFAULT_CSV)
 
     header, rows = findings_table(setups)
     tables.write_csv(out / "findings.csv", header, rows)
-    md += ["## The study's Table 2 findings on this data", "", tables.markdown(header, rows), ""]
+    md += ["## The study's Table 2 findings on this data", "",
+           f"Verdicts: holds, does not hold, or within noise. The test: {noise.TEST} A finding over several "
+           "cells counts only the decided ones and says how many were within noise. Evidence: the two means, "
+           "then a - b with its interval, or how far apart they are against the spread.", "",
+           tables.markdown(header, rows), ""]
 
     header, rows = intensity_table(facts, setups)
     tables.write_csv(out / "intensity.csv", header, rows)

@@ -4,7 +4,8 @@ count, with speedup over one worker where a one-worker run of the same setup is 
     python -m ddlbench.analysis.summary [results_dir_or_jsonl ...]
 
 Cells never mix models, batches, engines, backends or devices: each setup is its own table
-(see `tables`); several ok records of one configuration combine over all their repeats.
+(see `tables`); several ok records of one configuration combine over all their repeats. Cells
+carry the tables' noise marks (tables.LEGEND).
 """
 from __future__ import annotations
 
@@ -30,13 +31,16 @@ def render(records: list[dict]) -> str:
             row = [m]
             for w in workers:
                 c = cells.get((m, w))
-                cell = tables.fmt_cell(c)
-                if c is not None and base and w > 1:
-                    cell += f" [{metrics.speedup(c.mean, base):.2f}x]"
-                row.append(cell)
+                if c is None:
+                    row.append("-")
+                    continue
+                text = tables.mean_std_text(c)
+                if base and w > 1:
+                    text += f" [{metrics.speedup(c.mean, base):.2f}x]"
+                row.append(tables.marked(text, cells, m, w))
             rows.append(row)
         out.append(tables.markdown(["method"] + [f"{w} worker{'s' if w > 1 else ''}" for w in workers], rows))
-    return "\n".join(out) if out else "no ok run records yet"
+    return "\n".join(out + ["", tables.LEGEND]) if out else "no ok run records yet"
 
 
 def main(argv=None) -> int:

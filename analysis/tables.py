@@ -3,7 +3,11 @@
 A *setup* is what must match for two runs to share a table: source (ours or the published
 figures), model, local batch and network (for our runs: device/backend, plus the engine when it
 is not torch). Cells never mix setups. Several ok records of one configuration combine as the
-mean ± std over all their repeats.
+mean ± std over all their repeats (each record's `samples_per_sec_per_repeat`).
+
+Cells show how far they can be trusted (the test is `noise.TEST`): "(n=2)" where fewer than 3
+repeats stand behind the std, "(no std)" where none was published, and "≈" where no other
+method at that worker count differs from the cell beyond noise.
 """
 from __future__ import annotations
 
@@ -13,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddlbench import metrics
+
+from . import noise
 
 METHOD_ORDER = ("bsp-ps", "bsp-a2a", "wfbp-ps", "wfbp-a2a", "mg-wfbp", "bytescheduler-ps", "bytescheduler-a2a", "ddp")
 
@@ -29,7 +35,8 @@ class Setup:
 class Cell:
     mean: float
     std: float
-    n: int | None  # repeats behind the cell (None: not published)
+    n: int | None  # repeats behind the cell (None: unknown, a published figure without a std)
+    repeats: tuple[float, ...] = ()  # samples/s of each repeat, where the runs are ours
 
 
 Cells = dict  # {(method, workers): Cell}
@@ -47,13 +54,30 @@ def ours(records: list[dict]) -> dict[Setup, Cells]:
             continue
         setup = Setup("ours", r["model"], r["local_batch"], network_of(r))
         samples[setup][(r["method"], r["workers"])].extend(r.get("samples_per_sec_per_repeat") or [r["samples_per_sec"]])
-    return {s: {k: Cell(*metrics.mean_std(v), len(v)) for k, v in c.items()} for s, c in samples.items()}
+    return {s: {k: cell_of(v) for k, v in c.items()} for s, c in samples.items()}
+
+
+def cell_of(samples_per_sec_per_repeat: list[float]) -> Cell:
+    return Cell(*metrics.mean_std(samples_per_sec_per_repeat), len(samples_per_sec_per_repeat),
+                tuple(samples_per_sec_per_repeat))
+
+
+def baseline_cell(cells: Cells) -> Cell | None:
+    """Single-worker throughput: at one worker every method is the same computation, so their
+    repeats pool; published one-worker rows (no std) average to a cell with no usable std."""
+    ones = [c for (_, w), c in cells.items() if w == 1]
+    if not ones:
+        return None
+    if len(ones) == 1:
+        return ones[0]
+    if all(c.repeats for c in ones):
+        return cell_of([x for c in ones for x in c.repeats])
+    return Cell(sum(c.mean for c in ones) / len(ones), 0.0, None)
 
 
 def baseline(cells: Cells) -> float | None:
-    """Single-worker throughput: at one worker every method is the same computation."""
-    ones = [c.mean for (_, w), c in cells.items() if w == 1]
-    return sum(ones) / len(ones) if ones else None
+    base = baseline_cell(cells)
+    return base.mean if base else None
 
 
 def method_key(method: str) -> tuple:
@@ -68,8 +92,31 @@ def workers_of(cells: Cells) -> list[int]:
     return sorted({w for _, w in cells})
 
 
+def repeats_note(cell: Cell) -> str:
+    """Says so where a cell's std is not usable (noise.MIN_REPEATS)."""
+    if noise.usable(cell):
+        return ""
+    return " (no std)" if cell.n is None else f" (n={cell.n})"
+
+
+def mean_std_text(cell: Cell) -> str:
+    return f"{cell.mean:.2f}" if cell.n is None else f"{cell.mean:.2f} ± {cell.std:.2f}"
+
+
 def fmt_cell(cell: Cell | None) -> str:
-    return "-" if cell is None else f"{cell.mean:.2f} ± {cell.std:.2f}"
+    return "-" if cell is None else mean_std_text(cell) + repeats_note(cell)
+
+
+TIE_MARK = "≈"
+LEGEND = (f"(n=k): fewer than {noise.MIN_REPEATS} repeats, no usable std; (no std): none published; "
+          f"{TIE_MARK}: no other method at this worker count differs from this cell beyond noise.")
+
+
+def marked(text: str, cells: Cells, method: str, workers: int) -> str:
+    """A cell's text with its repeats note and, from two workers up, the tie mark."""
+    cell = cells[(method, workers)]
+    tie = f" {TIE_MARK}" if workers > 1 and noise.tied_with_all(cells, method, workers, noise.setup_spread(cells)) else ""
+    return text + repeats_note(cell) + tie
 
 
 def results_table(setups: dict[Setup, Cells]) -> tuple[list[str], list[list]]:
@@ -80,7 +127,8 @@ def results_table(setups: dict[Setup, Cells]) -> tuple[list[str], list[list]]:
     for s in sorted(setups):
         cells = setups[s]
         for m in methods_of(cells):
-            rows.append([s.model, s.local_batch, s.network, s.source, m] + [fmt_cell(cells.get((m, w))) for w in workers])
+            rows.append([s.model, s.local_batch, s.network, s.source, m] + [
+                marked(mean_std_text(cells[(m, w)]), cells, m, w) if (m, w) in cells else "-" for w in workers])
     return header, rows
 
 
@@ -103,7 +151,7 @@ def speedup_table(setups: dict[Setup, Cells]) -> tuple[list[str], list[list]]:
                     row.append("-")
                 else:
                     sp = metrics.speedup(c.mean, base)
-                    row.append(f"{sp:.2f}x ({metrics.scaling_efficiency(sp, w):.0%})")
+                    row.append(marked(f"{sp:.2f}x ({metrics.scaling_efficiency(sp, w):.0%})", cells, m, w))
             rows.append(row)
     return header, rows
 

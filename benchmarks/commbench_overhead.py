@@ -10,7 +10,9 @@ often so that neither arm gains from going first and slow drift of this shared m
   - the same bare loop again: an A/A control. Its ratio to the bare loop is what this machine
     can resolve; on a 2-core VM that is far wider than 5% at the small sizes.
 Printed per size: the medians, and the median of the per-round ratios commbench / bare and
-bare / bare, each with a bootstrap 95% interval (goal: commbench / bare within 5%).
+bare / bare, each with a bootstrap 95% interval (ddlbench.metrics.bootstrap_median_interval),
+and the goal commbench / bare within 5% as met, missed or not resolved at this noise
+(ddlbench.analysis.noise.goal: met when the whole interval lies within, missed when none does).
 
 A second, noise-free figure bounds what the harness itself adds: commbench's timed loop around a
 call that does nothing, against a bare loop of that call, in ns per call and as a share of the
@@ -22,7 +24,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import random
 import statistics
 import subprocess
 import sys
@@ -34,12 +35,7 @@ ROUNDS = 144  # 48 from 4 MiB up, where each round is long and steadier
 ORDERS = list(itertools.permutations(["commbench", "bare", "bare again"]))
 WARMUP = 5
 PIN = os.environ.get("PIN", "1") == "1"
-
-
-def bootstrap_median(xs: list[float], reps: int = 2000, seed: int = 0) -> tuple[float, float]:
-    rng = random.Random(seed)
-    meds = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(reps))
-    return meds[int(0.025 * reps)], meds[int(0.975 * reps) - 1]
+GOAL = (0.95, 1.05)  # commbench / bare within 5%
 
 
 def instrumentation_ns(calls: int = 200_000) -> float:
@@ -72,8 +68,10 @@ def job() -> None:
     import torch
     import torch.distributed as dist
 
+    from ddlbench.analysis import noise
     from ddlbench.commbench.collectives import COLLECTIVES
     from ddlbench.commbench.worker import Torch, measure
+    from ddlbench.metrics import bootstrap_median_interval
 
     if PIN and len(os.sched_getaffinity(0)) >= 2:  # one core per rank: fewer migrations, less noise
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[int(os.environ["LOCAL_RANK"])]})
@@ -106,17 +104,19 @@ def job() -> None:
         h, b, b2 = arms["commbench"], arms["bare"], arms["bare again"]
         ratio = [x / y for x, y in zip(h, b)]
         control = [x / y for x, y in zip(b2, b)]
-        rows.append((size, statistics.median(h), statistics.median(b), statistics.median(ratio), *bootstrap_median(ratio),
-                     statistics.median(control), *bootstrap_median(control)))
+        rows.append((size, statistics.median(h), statistics.median(b),
+                     statistics.median(ratio), *bootstrap_median_interval(ratio),
+                     statistics.median(control), *bootstrap_median_interval(control)))
     if be.rank == 0:
         ns = instrumentation_ns()
         fastest_us = min(r[1] for r in rows)
         print(f"Gloo all_reduce fp32, 2 workers, {ROUNDS} rounds (48 from 4 MiB) of {BLOCK} timed calls per arm and size, "
               "arms in rotating order\n")
-        print("| size (B) | commbench (us) | bare loop (us) | commbench / bare: median ratio [95%] "
-              "| control, bare / bare: median ratio [95%] |\n|---|---|---|---|---|")
+        print("| size (B) | commbench (us) | bare loop (us) | commbench / bare: median ratio [95%] | goal: within 5% "
+              "| control, bare / bare: median ratio [95%] |\n|---|---|---|---|---|---|")
         for size, h, b, r, lo, hi, c, clo, chi in rows:
-            print(f"| {size} | {h:.1f} | {b:.1f} | {r:.3f} [{lo:.3f}, {hi:.3f}] | {c:.3f} [{clo:.3f}, {chi:.3f}] |")
+            print(f"| {size} | {h:.1f} | {b:.1f} | {r:.3f} [{lo:.3f}, {hi:.3f}] | {noise.goal(lo, hi, *GOAL)} "
+                  f"| {c:.3f} [{clo:.3f}, {chi:.3f}] |")
         print("\nThe control runs the identical bare loop twice: its spread is what this machine can resolve.")
         print(f"Harness bookkeeping per call, upper bound (null call, one process): {ns:.0f} ns = "
               f"{ns / 1e3 / fastest_us * 100:.3f}% of the fastest all-reduce above ({fastest_us:.1f} us)")

@@ -1,13 +1,15 @@
 """Parameter-server methods against BSP-A2A, and the PS transport against all-reduce.
 
-1. Interleaved rounds of BSP-A2A and each PS method (2 workers, 1 server) on tiny-resnet and
-   resnet50; prints each PS method's median iteration time divided by BSP-A2A's.
+1. Interleaved rounds (benchmarks/interleaved.py) of BSP-A2A and each PS method (2 workers,
+   1 server) on tiny-resnet and resnet50; prints each PS method's iteration time divided by
+   BSP-A2A's in the same round, median over rounds with a bootstrap 95% interval
+   (ddlbench.analysis.ratios).
 2. Bus bandwidth of one message of 1 MB to 100 MB, 2 workers (+1 server), in one torchrun job:
    Gloo all-reduce, and push/pull through ddlbench's PS engine over each of its wires, Gloo
    point-to-point (`methods.ps`) and ZeroMQ (`methods.ps_zmq`, what BytePS's ps-lite uses):
    how the engine's default wire was chosen. Formulas: ddlbench.metrics.
 
-    python benchmarks/ps_vs_a2a.py [--models tiny-resnet,resnet50] [--rounds 3] [--skip-methods]
+    python benchmarks/ps_vs_a2a.py [--models tiny-resnet,resnet50] [--rounds 6] [--skip-methods]
 """
 from __future__ import annotations
 
@@ -25,24 +27,18 @@ REPS = 5
 
 
 def methods(args) -> None:
-    from ddlbench.analysis.records import load
+    from interleaved import run_rounds
+
+    from ddlbench.analysis import ratios
 
     results = Path(args.results) / time.strftime("ps-%Y%m%dT%H%M%S")
-    order = ("bsp-a2a",) + PS_METHODS
-    for model in args.models.split(","):
-        for rnd in range(args.rounds):
-            for method in order:
-                print(f"[bench] round {rnd + 1}/{args.rounds} {model} {method}", flush=True)
-                subprocess.run([sys.executable, "-m", "ddlbench", f"method={method}", f"model={model}", "workers=2",
-                                "profile.warmup_iters=2", f"profile.measured_iters={args.iters}", "profile.repeats=1",
-                                f"results_dir={results}"], check=True, stdout=subprocess.DEVNULL)
-    recs = [r for r in load([results / "runs.jsonl"]).records if r["status"] == "ok"]
-    print(f"\nmedian iteration time / BSP-A2A's: 2 workers (+1 server for PS), {args.rounds} interleaved rounds")
-    print(f"| model | {' | '.join(order)} |\n|---|{'---|' * len(order)}")
-    for model in args.models.split(","):
-        med = {m: statistics.median(t for r in recs if r["model"] == model and r["method"] == m for t in r["iter_times_s"])
-               for m in order}
-        print(f"| {model} | " + " | ".join(f"{med[m] / med['bsp-a2a']:.2f} ({med[m] * 1e3:.1f} ms)" for m in order) + " |")
+    order = ["bsp-a2a", *PS_METHODS]
+    models = args.models.split(",")
+    rounds = run_rounds(results, models, order, args.rounds, ["workers=2", "profile.warmup_iters=2",
+                                                              f"profile.measured_iters={args.iters}"])
+    print(f"\niteration time / BSP-A2A's: median over {args.rounds} interleaved rounds [bootstrap 95%] "
+          "(median samples/s), 2 workers (+1 server for PS)")
+    print(ratios.table(rounds, models, order, "bsp-a2a"))
 
 
 def bandwidth_job() -> None:
@@ -117,7 +113,7 @@ def pushpull(engine, label: str, rank: int, W: int, workers) -> list:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="tiny-resnet,resnet50")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--iters", type=int, default=6)
     ap.add_argument("--results", default="results/bench")
     ap.add_argument("--skip-methods", action="store_true")

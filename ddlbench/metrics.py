@@ -111,3 +111,135 @@ def c2c_ratio(traffic_factor: float, global_batch: int, intensity: float) -> flo
 
 def speedup_without_overlap(compute_time_s: float, comm_time_s: float, workers: int) -> float:
     return compute_time_s / (compute_time_s / workers + comm_time_s)
+
+
+# Noise: the intervals behind every verdict that compares two measurements (analysis/noise.py
+# decides with them). Written out here because the project carries no statistics library.
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """Regularised incomplete beta I_x(a, b), by its continued fraction evaluated with the
+    modified Lentz method (Numerical Recipes, 3rd ed., section 6.4); the fraction converges
+    fast for x < (a + 1) / (a + b + 2), and I_x(a, b) = 1 - I_{1-x}(b, a) covers the rest."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    if x > (a + 1) / (a + b + 2):
+        return 1.0 - _betainc(b, a, 1.0 - x)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)) / a
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    f = d
+    for m in range(1, 500):
+        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                    -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            f *= c * d
+        if abs(c * d - 1.0) < 1e-15:
+            break
+    return front * f
+
+
+def student_t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t with df degrees of freedom (df real and positive, as Welch's
+    df is). With x = df / (df + t^2), P(|T| > |t|) = I_x(df/2, 1/2) (Abramowitz and Stegun
+    26.7.1 with 26.5.27), so P(T <= t) = 1 - I_x(df/2, 1/2) / 2 for t >= 0, by symmetry below."""
+    if df <= 0:
+        raise ValueError(f"degrees of freedom must be positive, got {df}")
+    tail = 0.5 * _betainc(df / 2, 0.5, df / (df + t * t))
+    return 1.0 - tail if t >= 0 else tail
+
+
+def student_t_quantile(p: float, df: float) -> float:
+    """The t with P(T <= t) = p, by bisection on student_t_cdf (monotone); df = inf gives the
+    normal quantile. t(0.975, 1) = 12.706, t(0.975, 4) = 2.776, t(0.975, inf) = 1.960."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"probability must be in (0, 1), got {p}")
+    if math.isinf(df):
+        from statistics import NormalDist
+        return NormalDist().inv_cdf(p)
+    if p < 0.5:
+        return -student_t_quantile(1.0 - p, df)
+    lo, hi = 0.0, 1.0
+    while student_t_cdf(hi, df) < p:
+        hi *= 2.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if student_t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-12 * hi:
+            break
+    return (lo + hi) / 2
+
+
+def satterthwaite_interval(estimate: float, components: Sequence[tuple[float, float]],
+                           confidence: float = 0.95) -> tuple[float, float, float]:
+    """Two-sided `confidence` interval of an estimate that is a sum of independent terms, each
+    with an estimated variance v_i on df_i degrees of freedom: (lo, hi, df).
+
+    The estimate's variance is V = sum v_i. Its estimate is approximately a scaled chi-square
+    with df = V^2 / sum(v_i^2 / df_i) (Satterthwaite, Biometrics Bulletin 2, 1946), so
+        estimate +- t(1 - (1 - confidence)/2, df) * sqrt(V).
+    One term (v = s^2 / n, df = n - 1) is the t-interval of a mean; two terms of opposite sign
+    are Welch's interval of a difference of means (welch_interval). V = 0 gives a point."""
+    total = sum(v for v, _ in components)
+    if total <= 0.0:
+        return estimate, estimate, math.inf
+    df = total ** 2 / sum(v * v / d for v, d in components if v > 0)
+    half = student_t_quantile(1.0 - (1.0 - confidence) / 2, df) * math.sqrt(total)
+    return estimate - half, estimate + half, df
+
+
+def welch_interval(mean_a: float, std_a: float, n_a: int, mean_b: float, std_b: float, n_b: int,
+                   confidence: float = 0.95) -> tuple[float, float, float]:
+    """(a - b, lo, hi): Welch's interval of the difference of two means, each from n runs with
+    sample standard deviation std (Welch, Biometrika 34, 1947). Unequal variances allowed:
+        a - b +- t(df) * sqrt(s_a^2/n_a + s_b^2/n_b),
+        df = (s_a^2/n_a + s_b^2/n_b)^2 / ((s_a^2/n_a)^2/(n_a - 1) + (s_b^2/n_b)^2/(n_b - 1)).
+    The difference is resolved at this confidence when the interval excludes 0 (the same as
+    Welch's two-sided t-test rejecting equal means at 1 - confidence)."""
+    if n_a < 2 or n_b < 2:
+        raise ValueError(f"Welch's interval needs at least 2 runs on each side, got {n_a} and {n_b}")
+    diff = mean_a - mean_b
+    lo, hi, _ = satterthwaite_interval(diff, [(std_a ** 2 / n_a, n_a - 1), (std_b ** 2 / n_b, n_b - 1)], confidence)
+    return diff, lo, hi
+
+
+def range_bound(std: float, n: int) -> float:
+    """The largest range (max - min) that n values with sample standard deviation std can
+    have: std * sqrt(2 (n - 1)). Values spanning R have a sum of squared deviations of at
+    least R^2 / 2 (two at the ends, the rest at their midpoint), so (n - 1) std^2 >= R^2 / 2.
+    Published figures give a std, not the runs: this is the widest run-to-run spread they allow."""
+    return std * math.sqrt(2 * (n - 1))
+
+
+def bootstrap_median_interval(xs: Sequence[float], confidence: float = 0.95, reps: int = 2000,
+                              seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of the median (Efron and Tibshirani, An Introduction to the
+    Bootstrap, 1993, ch. 13): the median of `reps` resamples of xs drawn with replacement, cut at
+    (1 - confidence)/2 from each end. Seeded, so a report prints the same interval twice. With
+    few values it cannot be narrower than the values' own spread allows (with 3, it is their
+    range); see rounds_to_resolve."""
+    import random
+    import statistics
+
+    if not xs:
+        raise ValueError("bootstrap_median_interval of no values")
+    rng = random.Random(seed)
+    meds = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(reps))
+    cut = (1.0 - confidence) / 2
+    return meds[round(cut * reps)], meds[round((1.0 - cut) * reps) - 1]
+
+
+def rounds_to_resolve(confidence: float = 0.95) -> int:
+    """Fewest paired rounds whose median can be told from a bound at this confidence without
+    assuming a distribution: if the true median sits on the bound, each round falls on either
+    side with probability 1/2, so all n on one side happens with probability 2^-n, which must
+    be at most (1 - confidence)/2 (sign test). 95% needs 6 rounds (1/64 = 0.016; 5 give 0.031)."""
+    return math.ceil(math.log2(2 / (1.0 - confidence)) - 1e-12)

@@ -14,22 +14,27 @@ EFF = {
     "bert-large": (50.0, 8, dict(bsp_ps=.70, bsp_a2a=.72, wfbp_ps=.74, wfbp_a2a=.73, mg_wfbp=.75, bytescheduler_ps=.73, bytescheduler_a2a=.60)),
 }
 
+# Every fixture cell has 2 repeats (0.99x and 1.01x its mean): no usable std, so a comparison is
+# decided only beyond the setup's run-to-run spread, 2% of the mean (analysis/noise.py).
 GOLDEN_OURS = [
-    "holds",          # 1) resnet50 29.76x vs bert-base 19.84x at 32
-    "does not hold",  # 2) bert-base 19.84x vs bert-large 24.00x
-    "holds",          # 3) bsp-a2a > bsp-ps everywhere
-    "holds",          # 4) A2A 4/6, PS 6/6
-    "holds",          # 3) wfbp-ps > wfbp-a2a at 32
-    "holds",          # 5) mg-wfbp fastest A2A, bert-large
-    "does not hold",  # 5) bsp-a2a beats mg-wfbp on bert-base
-    "holds",          # 5) mg-wfbp > wfbp-a2a at 32
-    "does not hold",  # 6) bytescheduler-ps .91 < wfbp-ps .93 on resnet50
+    "holds",          # 1) resnet50 29.76x vs bert-base 19.84x at 32: 33% apart
+    "does not hold",  # 2) bert-base 19.84x vs bert-large 24.00x: 17% apart
+    "holds",          # 3) bsp-a2a > bsp-ps everywhere, the nearest 2.8% apart (bert-large)
+    "does not hold",  # 4) A2A: 2 of 4 decided (bert-large .73 vs .72 is within noise), not most
+    "holds",          # 3) wfbp-ps > wfbp-a2a at 32 on resnet50 and bert-base; bert-large 1.4%: within noise
+    "holds",          # 5) mg-wfbp fastest A2A on bert-large, the nearest wfbp-a2a 2.7% below
+    "within noise",   # 5) bert-base: bsp-a2a .62 vs mg-wfbp .61 is 1.6% apart
+    "holds",          # 5) mg-wfbp > wfbp-a2a at 32, the nearest 2.2% apart (resnet50)
+    "does not hold",  # 6) bytescheduler-ps .91 < wfbp-ps .93 on resnet50: 2.2% apart
     "holds",          # 6) mg-wfbp > bytescheduler-a2a everywhere
-    "does not hold",  # 3) bytescheduler-ps .91 < mg-wfbp .92 on resnet50
+    "within noise",   # 3) bytescheduler-ps .91 vs mg-wfbp .92 on resnet50: 1.1% apart
 ]
-# The published figures support every Table 2 statement but one: BSP-PS edges out BSP-A2A on
-# BERT-Base at 4 workers (557.9 vs 555.7 samples/s), so "in all cases" does not hold there.
-GOLDEN_PUBLISHED = ["holds", "holds", "does not hold"] + ["holds"] * 8
+# The published figures (n = 5 runs with their std: Welch's 95% interval) support every Table 2
+# statement they decide. BSP-PS edges out BSP-A2A on BERT-Base at 4 workers (557.9 ± 0.7 vs
+# 555.7 ± 3.7 samples/s) only within noise, so "in all cases" holds on the 10 decided cells;
+# ByteScheduler-PS against WFBP-PS on ResNet-50 at 32 (7999.8 ± 15.9 vs 7977.8 ± 30.3) is
+# within noise.
+GOLDEN_PUBLISHED = ["holds"] * 8 + ["within noise", "holds", "holds"]
 
 
 def rec(model, method, workers, sps, batch, **kw):
@@ -68,21 +73,22 @@ def test_results_table_golden_numbers(built):
     mg = [r for r in rows if r["model"] == "resnet50" and r["method"] == "mg-wfbp" and r["source"] == "ours"
           and r["network or backend"] == "cpu/gloo" and r["local batch"] == "64"]
     assert len(mg) == 1
-    assert mg[0]["32"] == "2944.00 ± 41.63"  # 100 * 32 * 0.92, repeats 0.99x and 1.01x
-    assert mg[0]["4"] == "368.00 ± 5.20"
+    assert mg[0]["32"] == "2944.00 ± 41.63 (n=2)"  # 100 * 32 * 0.92, repeats 0.99x and 1.01x
+    assert mg[0]["4"] == "368.00 ± 5.20 (n=2)"
     assert mg[0]["1"] == "-"  # missing stays missing
     # other backend and batch are separate rows, the failed run is no cell
-    assert any(r["network or backend"] == "cpu/mpi" and r["method"] == "ddp" and r["4"] == "5.00 ± 0.07" for r in rows)
-    assert any(r["local batch"] == "32" and r["32"] == "1.00 ± 0.01" for r in rows)
+    assert any(r["network or backend"] == "cpu/mpi" and r["method"] == "ddp" and r["4"] == "5.00 ± 0.07 (n=2)" for r in rows)
+    assert any(r["local batch"] == "32" and r["32"] == "1.00 ± 0.01 (n=2)" for r in rows)
     pub = [r for r in rows if r["source"] == "published" and r["model"] == "bert-large" and r["method"] == "mg-wfbp"]
-    assert pub[0]["32"] == "400.16 ± 1.88"
+    assert pub[0]["32"] == "400.16 ± 1.88"  # five runs behind a published std: usable
+    assert pub[0]["1"] == "49.00 (no std)"
 
 
 def test_speedup_and_efficiency_golden(built):
     results, _ = built
     rows = read(results / "report" / "speedup.csv")
     r = [r for r in rows if r["model"] == "bert-large" and r["method"] == "mg-wfbp" and r["source"] == "ours"][0]
-    assert r["32: speedup (efficiency)"] == "24.00x (75%)"
+    assert r["32: speedup (efficiency)"] == "24.00x (75%) (n=2)"
 
 
 def verdicts(results, source_prefix):
