@@ -8,6 +8,7 @@ values and fills the derived ones (local batch, backend) so workers and records 
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import re
 from importlib import resources
@@ -150,9 +151,12 @@ def resolve(cfg: DictConfig) -> DictConfig:
     """Validate a composed config and fill derived values (local_batch, backend). In place."""
     with open_dict(cfg):
         _int(cfg, "workers", 1)
-        if cfg.servers == "auto":  # one per worker machine (1 here; per worker node on Slurm)
-            cfg.servers = 0 if cfg.method.architecture != "ps" else (
-                _slurm().default_servers(cfg) if cfg.launcher.name == "slurm" else 1)
+        if "workers_per_node" in cfg.launcher:  # null = every worker on one machine
+            if cfg.launcher.workers_per_node is None:
+                cfg.launcher.workers_per_node = cfg.workers
+            _int(cfg, "launcher.workers_per_node", 1)
+        if cfg.servers == "auto":  # one per worker machine, as BytePS and the study
+            cfg.servers = 0 if cfg.method.architecture != "ps" else math.ceil(cfg.workers / workers_per_node(cfg))
         _int(cfg, "servers", 0)
         _int(cfg, "profile.warmup_iters", 0)
         _int(cfg, "profile.measured_iters", 1)
@@ -184,8 +188,15 @@ def resolve(cfg: DictConfig) -> DictConfig:
     return cfg
 
 
+def workers_per_node(cfg) -> int:
+    """Consecutive worker ranks that share a machine (`launcher.workers_per_node`: Slurm's
+    nodes, or a layout for local runs); launchers without it put every worker on one machine."""
+    return cfg.launcher.get("workers_per_node") or cfg.workers
+
+
 def _check_method(cfg) -> None:
-    from ddlbench.methods import ARCHITECTURES, PS_ENGINES, SCHEDULES
+    from ddlbench.methods import ARCHITECTURES, PS_ENGINES, SCHEDULES, orders_within_node
+    from ddlbench.methods.ps_node import TOPOLOGIES
 
     m = cfg.method
     if m.schedule not in SCHEDULES:
@@ -200,6 +211,14 @@ def _check_method(cfg) -> None:
         _int(cfg, "method.partition_bytes", 1)
     if m.architecture == "ps" and m.get("transport", "zmq") not in PS_ENGINES:
         raise _bad("method.transport", m.transport, PS_ENGINES)
+    if "ps_topology" in m and m.ps_topology not in TOPOLOGIES:
+        raise _bad("method.ps_topology", m.ps_topology, TOPOLOGIES)
+    if "server_engine_threads" in m:
+        _int(cfg, "method.server_engine_threads", 1)
+    if (m.architecture == "ps" and m.get("ps_topology") == "per-machine" and min(workers_per_node(cfg), cfg.workers) > 1
+            and not orders_within_node(m.schedule)):
+        raise ConfigError(f"method={m.name} with method.ps_topology=per-machine and {workers_per_node(cfg)} workers per "
+                          f"node needs the schedule to follow its node leader's order; accepted: method.ps_topology=per-gpu")
     if "credit_bytes" in m and m.credit_bytes < m.partition_bytes:
         raise ConfigError(f"method.credit_bytes={m.credit_bytes} is smaller than one partition "
                           f"(method.partition_bytes={m.partition_bytes}); accepted: >= {m.partition_bytes}")
