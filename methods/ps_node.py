@@ -217,7 +217,7 @@ class NodeLayer:
         if kind == REDUCE:
             msg = self._next_submitted(m)
             with self.stager.issue(msg.marker):
-                msg.t_issue = self._now()
+                msg.reduce_us = self._now()
                 work = dist.reduce(msg.flat, dst=self.leader, group=self.groups.data, async_op=True)
                 ticket = self.stager.ticket(work)
             with self._lock:
@@ -231,7 +231,7 @@ class NodeLayer:
             with self._lock:
                 msg = self._reduced[m].popleft()
             with self.stager.issue():
-                msg.t_issue = self._now()
+                msg.broadcast_us = self._now()
                 work = dist.broadcast(msg.flat, src=self.leader, group=self.groups.data, async_op=True)
                 ticket = self.stager.ticket(work)
             self._completions.put(lambda: (ticket(), msg.broadcast()))
@@ -293,25 +293,25 @@ class _Message:
         self.on_done, self.on_pushed = on_done, on_pushed
         self.marker = marker
         self.event = threading.Event()
-        self.t_issue = 0.0
+        self.reduce_us = self.broadcast_us = 0.0  # when each collective was issued
 
-    def _trace(self, name: str) -> None:
+    def _trace(self, name: str, t0_us: float) -> None:
         layer = self.layer
         tracer = layer.ctx.tracer
         if tracer.enabled:
             args = {"iter": self.iteration, "bytes": self.flat.numel() * self.flat.element_size(), "tensors": self.tensors,
                     "group": self.m, "node": layer.node, "leader": layer.leader, **(self.extra_args or {})}
-            tracer.complete(name, "comm", self.t_issue, tracer.now_us(), args, lane="comm")
+            tracer.complete(name, "comm", t0_us, tracer.now_us(), args, lane="comm")
 
     def reduced(self) -> None:
         """The node's sum is at the leader: a follower's contribution is held."""
-        self._trace("node_reduce")
+        self._trace("node_reduce", self.reduce_us)
         if not self.layer.is_leader and self.on_pushed is not None:
             self.on_pushed()
 
     def broadcast(self) -> None:
         """The average is in `flat` on this rank, and no collective uses it any more."""
-        self._trace("node_broadcast")
+        self._trace("node_broadcast", self.broadcast_us)
         self.layer._finished(self)
         self.event.set()
         if self.on_done is not None:
