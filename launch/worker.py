@@ -61,6 +61,7 @@ def main(run_dir: str) -> None:
 def run(run_dir: Path, rank: int, world: int, local_rank: int) -> None:
     """Ranks 0..W-1 are workers; ranks W..W+S-1 are parameter servers (PS methods only)."""
     from ddlbench import driver, methods, models
+    from ddlbench.config import workers_per_node
     from ddlbench.trace import NullTracer, Tracer
 
     cfg = OmegaConf.load(run_dir / "config.yaml")
@@ -90,8 +91,8 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> None:
         # communication timeout while a peer builds BERT-Large.
         startup = dist.new_group(backend="gloo", timeout=timedelta(seconds=cfg.startup_timeout_s))
         # PS methods: who pushes, and each machine's groups, made on every rank in one order.
-        ps = methods.ps_setup(cfg.method, W, S, cfg.launcher.get("workers_per_node") or W, cfg.comm_timeout_s,
-                              cfg.startup_timeout_s, startup) if S else None
+        ps = methods.ps_setup(cfg.method, W, S, workers_per_node(cfg), cfg.comm_timeout_s, cfg.startup_timeout_s,
+                              startup) if S else None
         tracer = Tracer(rank) if cfg.trace else NullTracer()
         result, fp = None, None
         if is_server:
