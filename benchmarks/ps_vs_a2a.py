@@ -6,7 +6,7 @@
    (ddlbench.analysis.ratios).
 2. Bus bandwidth of one message of 1 MB to 100 MB, 2 workers (+1 server), in one torchrun job:
    Gloo all-reduce, and push/pull through ddlbench's PS engine over each of its wires, Gloo
-   point-to-point (`methods.ps`) and ZeroMQ (`methods.ps_zmq`, what BytePS's ps-lite uses):
+   point-to-point (`methods.ps_gloo`) and ZeroMQ (`methods.ps_zmq`, what BytePS's ps-lite uses):
    how the engine's default wire was chosen. Formulas: ddlbench.metrics.
 
     python benchmarks/ps_vs_a2a.py [--models tiny-resnet,resnet50] [--rounds 6] [--skip-methods]
@@ -65,9 +65,9 @@ def bandwidth_job() -> None:
                     times.append(time.perf_counter() - t0)
             rows.append(("gloo all-reduce", size, statistics.median(times)))
     # 2. push/pull through the PS engine, over each of its wires
-    from ddlbench.methods import ps, ps_zmq
+    from ddlbench.methods import ps_gloo, ps_zmq
 
-    rows += pushpull(ps, "push/pull, Gloo p2p", rank, W, workers)
+    rows += pushpull(ps_gloo, "push/pull, Gloo p2p", rank, W, workers)
     rows += pushpull(ps_zmq, "push/pull, ZeroMQ (the default)", rank, W, workers)
     if rank == 0:
         print("\n| transport | " + " | ".join(f"{s >> 20} MB" for s in SIZES) + " |\n|---|" + "---|" * len(SIZES))
@@ -80,20 +80,21 @@ def bandwidth_job() -> None:
 
 
 def pushpull(engine, label: str, rank: int, W: int, workers) -> list:
-    """One message per size through a PS engine (`methods.ps` or `methods.ps_zmq`): partitions
+    """One message per size through a PS engine (`methods.ps_gloo` or `methods.ps_zmq`): partitions
     of 4,096,000 bytes, one server summing W pushes per partition and answering every pull."""
     import torch
     import torch.distributed as dist
 
-    from ddlbench.methods import Context
+    from ddlbench.methods import Context, ps_node
     from ddlbench.trace import NullTracer
 
+    layout = ps_node.per_gpu(W, 1, comm_timeout_s=60)  # every worker pushes, as on one machine per worker
     if rank >= W:
-        engine.serve(rank, W, NullTracer(), 60)
+        engine.serve(rank, layout, NullTracer())
         return []
     ctx = Context(rank=rank, world=W, device=torch.device("cpu"), tracer=NullTracer(), group=workers,
                   extra={"comm_timeout_s": 60})
-    pp = engine.TRANSPORT(ctx, W, 1, 4_096_000)
+    pp = engine.TRANSPORT(ctx, layout, 4_096_000)
     pp.prepare([s // 4 for s in SIZES])
     rows = []
     for m, size in enumerate(SIZES):

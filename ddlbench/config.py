@@ -9,6 +9,7 @@ and records see concrete values.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import re
 from importlib import resources
@@ -158,9 +159,12 @@ def resolve(cfg: DictConfig) -> DictConfig:
     profile.distinct_batches). In place."""
     with open_dict(cfg):
         _int(cfg, "workers", 1)
-        if cfg.servers == "auto":  # one per worker machine (1 here; per worker node on Slurm)
-            cfg.servers = 0 if cfg.method.architecture != "ps" else (
-                _slurm().default_servers(cfg) if cfg.launcher.name == "slurm" else 1)
+        if "workers_per_node" in cfg.launcher:  # null = every worker on one machine
+            if cfg.launcher.workers_per_node is None:
+                cfg.launcher.workers_per_node = cfg.workers
+            _int(cfg, "launcher.workers_per_node", 1)
+        if cfg.servers == "auto":  # one per worker machine, as BytePS and the study
+            cfg.servers = 0 if cfg.method.architecture != "ps" else math.ceil(cfg.workers / workers_per_node(cfg))
         _int(cfg, "servers", 0)
         _int(cfg, "profile.warmup_iters", 0)
         _int(cfg, "profile.measured_iters", 1)
@@ -205,8 +209,15 @@ def default_device(launcher: str) -> str:
     return "cuda" if launcher in CLUSTER_LAUNCHERS else "cpu"
 
 
+def workers_per_node(cfg) -> int:
+    """Consecutive worker ranks that share a machine (`launcher.workers_per_node`: Slurm's
+    nodes, or a layout for local runs); launchers without it put every worker on one machine."""
+    return cfg.launcher.get("workers_per_node") or cfg.workers
+
+
 def _check_method(cfg) -> None:
-    from ddlbench.methods import ARCHITECTURES, PS_ENGINES, SCHEDULES
+    from ddlbench.methods import ARCHITECTURES, PS_ENGINES, SCHEDULES, orders_within_node
+    from ddlbench.methods.ps_node import TOPOLOGIES
 
     m = cfg.method
     if m.schedule not in SCHEDULES:
@@ -226,6 +237,14 @@ def _check_method(cfg) -> None:
             _int(cfg, f"method.{key}", 1)
     if "fusion_elems" in m:
         _int(cfg, "method.fusion_elems", 0)
+    if "ps_topology" in m and m.ps_topology not in TOPOLOGIES:
+        raise _bad("method.ps_topology", m.ps_topology, TOPOLOGIES)
+    if "server_engine_threads" in m:
+        _int(cfg, "method.server_engine_threads", 1)
+    if (m.architecture == "ps" and m.get("ps_topology") == "per-machine" and min(workers_per_node(cfg), cfg.workers) > 1
+            and not orders_within_node(m.schedule)):
+        raise ConfigError(f"method={m.name} with method.ps_topology=per-machine and {workers_per_node(cfg)} workers per "
+                          f"node needs the schedule to follow its node leader's order; accepted: method.ps_topology=per-gpu")
     if "bucket_cap_mb" in m and not m.bucket_cap_mb > 0:
         raise ConfigError(f"method.bucket_cap_mb={m.bucket_cap_mb!r} is invalid; accepted: > 0")
     for key in ("alpha_s", "beta_s_per_byte"):

@@ -61,6 +61,7 @@ def main(run_dir: str) -> None:
 def run(run_dir: Path, rank: int, world: int, local_rank: int) -> None:
     """Ranks 0..W-1 are workers; ranks W..W+S-1 are parameter servers (PS methods only)."""
     from ddlbench import driver, methods, models
+    from ddlbench.config import workers_per_node
     from ddlbench.trace import NullTracer, Tracer
 
     cfg = OmegaConf.load(run_dir / "config.yaml")
@@ -91,18 +92,21 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> None:
         # `startup_timeout_s`, so a server (or a fast worker) never waits out the much shorter
         # communication timeout while a peer builds BERT-Large.
         startup = dist.new_group(backend="gloo", timeout=timedelta(seconds=cfg.startup_timeout_s))
+        # PS methods: who pushes, and each machine's groups, made on every rank in one order.
+        ps = methods.ps_setup(cfg.method, W, S, workers_per_node(cfg), cfg.comm_timeout_s, cfg.startup_timeout_s,
+                              startup) if S else None
         tracer = Tracer(rank) if cfg.trace else NullTracer()
         result, fp = None, None
         if is_server:
             dist.barrier(group=startup)
-            server_stats = methods.ps_engine(cfg.method).serve(rank, W, tracer, cfg.comm_timeout_s)
+            server_stats = methods.ps_engine(cfg.method).serve(rank, ps, tracer)
             model = None
         else:
             workload = models.build(cfg.model, cfg.local_batch, cfg.seed)
             workload.model.to(device)
             dist.barrier(group=startup)
             extra = {"workers": W, "servers": S, "comm_timeout_s": cfg.comm_timeout_s, "optimizer": cfg.optimizer,
-                     "engine": engine, "startup_timeout_s": cfg.startup_timeout_s}
+                     "engine": engine, "startup_timeout_s": cfg.startup_timeout_s, "ps": ps}
             ctx = methods.Context(rank=rank, world=W, device=device, tracer=tracer, workload=workload,
                                   seed=cfg.seed, group=group, control=control, extra=extra)
             sync = methods.build(cfg.method, ctx)
@@ -123,6 +127,7 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> None:
             write_json(run_dir / "result.json", {
                 **result,
                 **sync.describe(),
+                **getattr(getattr(sync, "transport", None), "describe", dict)(),  # PS: topology, pushers
                 "param_fingerprint": fp,
                 "params_consistent": all(_close(f, fp) for f in fps),
                 "hosts": sorted({g[1] for g in gathered}),

@@ -17,13 +17,17 @@ SCHEDULES = {
 }
 
 
-def build(method_cfg, ctx: Context) -> GradSync:
+def plugin_class(schedule: str):
     import importlib
 
-    if method_cfg.schedule not in SCHEDULES:
-        raise ValueError(f"unknown schedule {method_cfg.schedule!r}; accepted: {', '.join(SCHEDULES)}")
-    module, cls = SCHEDULES[method_cfg.schedule].split(":")
-    plugin = getattr(importlib.import_module(module), cls)
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown schedule {schedule!r}; accepted: {', '.join(SCHEDULES)}")
+    module, cls = SCHEDULES[schedule].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def build(method_cfg, ctx: Context) -> GradSync:
+    plugin = plugin_class(method_cfg.schedule)
     if method_cfg.schedule in ("ddp", "horovod"):
         return plugin(method_cfg, ctx)
     return plugin(method_cfg, ctx, make_transport(method_cfg, ctx))
@@ -37,12 +41,33 @@ def make_transport(method_cfg, ctx):
         from .transport import AllReduce, HorovodAllReduce
 
         return HorovodAllReduce(ctx) if ctx.extra.get("engine") == "horovod" else AllReduce(ctx)
-    return ps_engine(method_cfg).TRANSPORT(ctx, ctx.extra["workers"], ctx.extra["servers"], int(method_cfg.partition_bytes))
+    from . import ps_node
+
+    layout = ctx.extra["ps"]  # ps_node.setup's Layout, made on every rank at start-up
+    wire = ps_engine(method_cfg).TRANSPORT(ctx, layout, int(method_cfg.partition_bytes))
+    return ps_node.wrap(ctx, wire, layout)
+
+
+def ps_setup(method_cfg, workers: int, servers: int, workers_per_node: int, comm_timeout_s: float,
+             startup_timeout_s: float, setup_group):
+    """The PS engine's set-up on every rank of the job, servers included (see ps_node.setup)."""
+    from . import ps_node
+
+    return ps_node.setup(method_cfg, workers, servers, workers_per_node, comm_timeout_s, startup_timeout_s, setup_group)
+
+
+def orders_within_node(schedule: str) -> bool:
+    """Whether a schedule can run on the per-machine PS layer when a node has several workers.
+    The layer needs each node's ranks to submit messages they will all eventually submit; a
+    schedule whose order comes from run-time timing under a credit bound (ByteScheduler) must
+    follow its node leader's order (`transport.order_group`), and says so with
+    `follows_order_group = True`."""
+    return schedule != "bytescheduler" or getattr(plugin_class(schedule), "follows_order_group", False)
 
 
 # The PS engine's wire: ZeroMQ by default (chosen by measurement), or Gloo point-to-point.
-# Each module has the worker side (TRANSPORT) and the server loop (serve).
-PS_ENGINES = {"zmq": "ddlbench.methods.ps_zmq", "gloo": "ddlbench.methods.ps"}
+# Each module has the worker side (TRANSPORT) and the server loop (serve(rank, layout, tracer)).
+PS_ENGINES = {"zmq": "ddlbench.methods.ps_zmq", "gloo": "ddlbench.methods.ps_gloo"}
 
 
 def ps_engine(method_cfg):

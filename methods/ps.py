@@ -1,26 +1,35 @@
-"""Parameter-server architecture with BytePS's semantics, over torch.distributed point-to-point.
+"""Parameter-server architecture with BytePS's semantics: the plan, the worker side and the
+server's engine threads, shared by the two wires (`ps_zmq`, the default, and `ps_gloo`).
 
 S server processes, separate from the W workers, are ranks W..W+S-1 of the same job. Every
 message a schedule sends is split into partitions of at most `partition_bytes` (BytePS:
 4,096,000 bytes); a partition's key picks its server by the djb2 hash of the key, as BytePS
-does. A worker pushes a partition; the server sums the pushes of all W workers and answers
-each worker's pull with the sum once every worker has pushed; workers divide by W. Each
-partition moves on its own, so partitions of one message overlap.
+does. The pushers (`ps_node.Layout.pushers`: one per machine, its leader, as BytePS does after
+reducing inside the machine; or every worker with `ps_topology=per-gpu`) push partitions; a
+server sums the pushes of every pusher and answers each of them with the sum, which the pusher
+divides by W. Each partition moves on its own, so partitions of one message overlap.
 
-Wire protocol (Gloo send/recv over the job's own connections, so a dead peer or a timeout
-fails the run like any collective): a header [key, iteration] on tag 0, then the payload on
-tag key + 1. Gloo point-to-point work has no completion future and only completes when
-waited on, so each side runs one receiving thread per peer. GPU workers stage partitions
-through pinned host memory, as BytePS does.
+Worker side (`PushPull`): a wire implements `_connect`, `_send` and `_disconnect` and calls
+`_pulled` when a sum arrives; staging between device and host (`ps_stage.Stager`) keeps copies
+off the autograd thread and off the wire's I/O thread.
+
+Server side (`Engines`): BytePS's engine threads (`BYTEPS_SERVER_ENGINE_THREAD`, 8 in the
+study). A key belongs to one thread, chosen at its first push as the thread with the fewest
+bytes so far (BytePS's `GetThreadID`: first come, least loaded, then cached); that thread sums
+the key's pushes in arrival order (FIFO, `BYTEPS_SERVER_ENABLE_SCHEDULE=0`) and hands each
+round's sum back to the wire, whose own I/O never sums.
 """
 from __future__ import annotations
 
 import queue
 import threading
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+
+from .ps_stage import Stager
 
 STOP = -1  # header key that ends a receiving thread
 
@@ -58,127 +67,120 @@ def plan(message_numels: list[int], element_size: int, partition_bytes: int, ser
     return out
 
 
+def recv_within(tensor: torch.Tensor, src: int, tag: int, timeout_s: float, group=None) -> None:
+    """`dist.recv` under a bound of its own instead of the process group's timeout."""
+    if not dist.irecv(tensor, src=src, tag=tag, group=group).wait(timedelta(seconds=timeout_s)):
+        raise RuntimeError(f"nothing from rank {src} within {timeout_s} s")
+
+
+def announce_plan(parts, dtype, group) -> None:
+    """Rank 0 sends the partition plan to every rank of the job (servers learn their keys), over
+    the set-up group (Gloo, every rank, bounded by `startup_timeout_s`)."""
+    obj = [[(p.key, p.numel, p.server) for ps in parts for p in ps], str(dtype).removeprefix("torch.")]
+    dist.broadcast_object_list(obj, src=0, group=group)
+
+
+def receive_plan(rank: int, layout) -> tuple[int, dict[int, int], torch.dtype]:
+    """A server's side of `announce_plan`: (server index, {key: numel} it owns, dtype)."""
+    obj = [None, None]
+    dist.broadcast_object_list(obj, src=0, group=layout.setup_group)
+    keys, dtype = obj[0], getattr(torch, obj[1])
+    me = rank - layout.workers
+    return me, {k: n for k, n, s in keys if s == me}, dtype
+
+
+# -- worker side ------------------------------------------------------------------------------
 class PushPull:
     """Worker side: `reduce_async(flat, ...)` pushes every partition of `flat` to its server and
-    returns a handle that, once waited, leaves the average over workers in `flat`."""
+    returns a handle that, once waited, leaves the average over all W workers in `flat`. Every
+    rank builds one and calls `prepare` (the plan is a collective); only pushers connect."""
 
     name = "pushpull"
+    receives_into_buffers = True  # the wire receives pulls into `_pull_bufs` (else into its own frames)
+    order_group = None  # each worker orders its own messages (see ps_node.NodeLayer)
 
-    def __init__(self, ctx, workers: int, servers: int, partition_bytes: int, dtype=torch.float32):
+    def __init__(self, ctx, layout, partition_bytes: int, dtype=torch.float32):
         self.ctx = ctx
-        self.W, self.S = workers, servers
+        self.layout = layout
+        self.W, self.S = layout.workers, layout.servers
         self.partition_bytes = partition_bytes
         self.dtype = dtype
+        self.pushes = ctx.rank in layout.pushers
         self.parts: list[list[Part]] = []
-        self._send_locks = [threading.Lock() for _ in range(servers)]
         self._pending: dict[int, _PartHandle] = {}
         self._lock = threading.Lock()
-        self._threads: list[threading.Thread] = []
-        self._acks: queue.SimpleQueue = queue.SimpleQueue()
         self.error: BaseException | None = None
+        self.on_fail = None  # set by a layer above that must fail its own waiters too
 
     # -- set-up: every rank, servers included, takes part -----------------------------------
     def prepare(self, message_numels: list[int]) -> None:
-        self._plan(message_numels)
-        self._pull_bufs = {p.key: torch.empty(p.numel, dtype=self.dtype, pin_memory=self._pin()) for ps in self.parts for p in ps}
-        self._push_bufs = dict(self._pull_bufs) if self.ctx.device.type == "cpu" else \
-            {k: torch.empty_like(v, pin_memory=True) for k, v in self._pull_bufs.items()}
-        for s in range(self.S):
-            t = threading.Thread(target=self._receive_from, args=(s,), daemon=True, name=f"pull-from-server{s}")
-            t.start()
-            self._threads.append(t)
-        ack = threading.Thread(target=self._acknowledge, daemon=True, name="push-acks")
-        ack.start()
-        self._threads.append(ack)
-
-    def _pin(self) -> bool:
-        return self.ctx.device.type == "cuda"
-
-    def _plan(self, message_numels: list[int]) -> None:
-        """Partition the messages and tell every rank, servers included, the plan."""
         self.parts = plan(message_numels, torch.tensor([], dtype=self.dtype).element_size(), self.partition_bytes, self.S)
-        announce_plan(self.parts, self.ctx, self.dtype)
+        announce_plan(self.parts, self.dtype, self.layout.setup_group)
+        self.stager = Stager(self.ctx.device, self.fail)
+        mine = [p for ps in self.parts for p in ps] if self.pushes else []
+        # Pinned host copies of what a GPU pushes, and pinned memory to receive its pulls into
+        # (or to bounce them through, for a wire that receives into frames of its own).
+        self._push_bufs = {p.key: self.stager.host_buffer(p.numel, self.dtype) for p in mine if self.stager.cuda}
+        self._pull_bufs = {p.key: self.stager.host_buffer(p.numel, self.dtype) for p in mine
+                           if self.stager.cuda or self.receives_into_buffers}
+        self._connect()
 
-    def _stage(self, part: Part, view: torch.Tensor, iteration: int, tensors, extra_args, on_done, on_pushed):
-        """The partition's handle, registered for its pull, and its push buffer holding `view`
-        (device -> pinned host on GPU; a copy also frees `view` for the pull)."""
-        h = _PartHandle(part, view, self, iteration, tensors, extra_args, on_done, on_pushed)
-        with self._lock:
-            self._pending[part.key] = h
-        buf = self._push_bufs[part.key]
-        buf.copy_(view)
-        return h, buf
+    def _connect(self) -> None:
+        """Wire: set up (every rank: may be a collective), and start I/O if `self.pushes`."""
+        raise NotImplementedError
 
-    def _join(self) -> None:
-        for t in self._threads:
-            t.join(timeout=self.ctx.comm_timeout_s)
+    def _send(self, h: "_PartHandle", data: torch.Tensor, iteration: int) -> None:
+        """Wire: send `data` (host memory) as `h.part`'s push; call `h.pushed()` once the server holds it."""
+        raise NotImplementedError
+
+    def _disconnect(self) -> None:
+        """Wire: tell every server this pusher is done and stop the I/O."""
+        raise NotImplementedError
 
     # -- push ------------------------------------------------------------------------------
     def reduce_async(self, flat: torch.Tensor, *, iteration: int, tensors: list[str], group: int,
-                     extra_args: dict | None = None, on_done=None, on_pushed=None):
+                     extra_args: dict | None = None, on_done=None, on_pushed=None, after=None):
         """`on_pushed()` runs once the servers hold every partition of `flat`, `on_done()` once
-        every partition's average is back in `flat` (both on this transport's threads)."""
+        every partition's average is back in `flat` (on GPU: its copy's event has passed).
+        `after`: the collective that produces `flat` (the per-machine layer's reduce), if any."""
         parts = self.parts[group]
         pushed, done = _countdown(len(parts), on_pushed), _countdown(len(parts), on_done)
-        return _Joined([self.push(p, flat[p.start:p.end], iteration, tensors, extra_args, done, pushed) for p in parts])
+        return _Joined([self.push(p, flat[p.start:p.end], iteration, tensors, extra_args, done, pushed, after)
+                        for p in parts])
 
     def push(self, part: Part, view: torch.Tensor, iteration: int, tensors, extra_args=None, on_done=None,
-             on_pushed=None) -> "_PartHandle":
-        h, buf = self._stage(part, view, iteration, tensors, extra_args, on_done, on_pushed)
-        dst = self.W + part.server
-        header = torch.tensor([part.key, iteration], dtype=torch.int64)
-        with self._send_locks[part.server]:  # a header and its payload go out back to back
-            h.sends = [dist.isend(header, dst=dst, tag=0), dist.isend(buf, dst=dst, tag=part.key + 1)]
-        h.header = header  # keep the header alive until sent
-        self._acks.put(h)
+             on_pushed=None, after=None) -> "_PartHandle":
+        h = _PartHandle(part, view, self, iteration, tensors, extra_args, on_done, on_pushed)
+        with self._lock:
+            self._pending[part.key] = h
+        self.stager.to_host(view, self._push_bufs.get(part.key), after, lambda data: self._send(h, data, iteration))
         return h
 
-    def _acknowledge(self) -> None:
-        """Wait on every push in order: a finished send means the server holds the partition."""
-        try:
-            while True:
-                h = self._acks.get()
-                if h is None:
-                    return
-                for work in h.sends:
-                    work.wait()
-                h.pushed()
-        except BaseException as exc:
-            self.fail(exc)
-
     # -- pull ------------------------------------------------------------------------------
-    def _receive_from(self, s: int) -> None:
-        src = self.W + s
-        header = torch.empty(2, dtype=torch.int64)
-        try:
-            while True:
-                dist.recv(header, src=src, tag=0)
-                key = int(header[0])
-                if key == STOP:
-                    return
-                buf = self._pull_bufs[key]
-                dist.recv(buf, src=src, tag=key + 1)
-                with self._lock:
-                    h = self._pending.pop(key)
-                h.arrived(buf)
-        except BaseException as exc:  # a dead server: fail every waiter instead of hanging
-            self.fail(exc)
+    def _pulled(self, key: int, summed: torch.Tensor) -> None:
+        """The wire received `key`'s sum (on its I/O thread): stage it into the worker's tensor
+        on the staging lane, divided by W."""
+        with self._lock:
+            h = self._pending.pop(key)
+        self.stager.to_device(summed, h.view, self.W, self._pull_bufs.get(key), h.arrived)
 
     def fail(self, exc: BaseException) -> None:
         """A dead server or peer: record why and wake every waiter, so the run fails now."""
-        self.error = exc
+        self.error = self.error or exc
         with self._lock:
             for h in self._pending.values():
                 h.event.set()
                 h.acked.set()
+        if self.on_fail is not None:
+            self.on_fail(exc)
 
     def close(self) -> None:
-        """Tell every server this worker is done; the servers answer with STOP headers."""
-        for s in range(self.S):
-            with self._send_locks[s]:
-                dist.send(torch.tensor([STOP, -1], dtype=torch.int64), dst=self.W + s, tag=0)
-        self._acks.put(None)
-        self._join()
+        if self.pushes:
+            self._disconnect()
+        self.stager.close(self.ctx.comm_timeout_s)
+
+    def describe(self) -> dict:
+        return {**self.layout.describe(), "ps_wire": self.name}
 
 
 class _PartHandle:
@@ -187,7 +189,6 @@ class _PartHandle:
         self.event = threading.Event()
         self.acked = threading.Event()
         self.on_done, self.on_pushed = on_done, on_pushed
-        self.sends = []
         tracer = transport.ctx.tracer
         self.t0 = tracer.now_us() if tracer.enabled else 0.0
         self.args = {"iter": iteration, "bytes": part.numel * view.element_size(), "tensors": tensors,
@@ -201,9 +202,8 @@ class _PartHandle:
         if self.on_pushed is not None:
             self.on_pushed()
 
-    def arrived(self, summed: torch.Tensor) -> None:
-        self.view.copy_(summed)
-        self.view.div_(self.transport.W)
+    def arrived(self) -> None:
+        """The average is in `view`."""
         tracer = self.transport.ctx.tracer
         if tracer.enabled:
             tracer.complete("push_pull", "comm", self.t0, tracer.now_us(), self.args, lane="comm")
@@ -243,94 +243,84 @@ class _Joined:
             h.wait()
 
 
-def announce_plan(parts, ctx, dtype) -> None:
-    """Rank 0 sends the partition plan to every rank of the job (servers learn their keys)."""
-    obj = [[(p.key, p.numel, p.server) for ps in parts for p in ps], str(dtype).removeprefix("torch.")]
-    dist.broadcast_object_list(obj, src=0)
+# -- server side ------------------------------------------------------------------------------
+class EngineMap:
+    """BytePS's key -> engine thread (`GetThreadID`): at a key's first push, the thread with the
+    fewest bytes assigned so far (the lowest index on a tie); cached for every later push."""
+
+    def __init__(self, threads: int):
+        self.load_bytes = [0] * threads
+        self.owner: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    def thread_of(self, key: int, nbytes: int) -> int:
+        with self._lock:
+            i = self.owner.get(key)
+            if i is None:
+                i = min(range(len(self.load_bytes)), key=self.load_bytes.__getitem__)
+                self.load_bytes[i] += nbytes
+                self.owner[key] = i
+            return i
 
 
-def receive_plan(rank: int, workers: int) -> tuple[int, dict[int, int], torch.dtype]:
-    """A server's side of `announce_plan`: (server index, {key: numel} it owns, dtype)."""
-    obj = [None, None]
-    dist.broadcast_object_list(obj, src=0)
-    keys, dtype = obj[0], getattr(torch, obj[1])
-    me = rank - workers
-    return me, {k: n for k, n, s in keys if s == me}, dtype
+class Engines:
+    """A server's summing engine: `threads` engine threads, each owning the keys `EngineMap`
+    gives it. `push` (from the wire's I/O) queues a push; the owner sums it, and once a key has
+    `pushers` pushes in the round, `reply(key, iteration, summed, senders)` runs on that engine
+    thread (the wire sends the sum, or hands it to its I/O thread)."""
 
+    def __init__(self, me: int, dtype, pushers: int, threads: int, reply, tracer):
+        self.me, self.dtype, self.pushers = me, dtype, pushers
+        self.reply, self.tracer = reply, tracer
+        self.map = EngineMap(threads)
+        self._queues = [queue.SimpleQueue() for _ in range(threads)]
+        self._acc: dict[int, torch.Tensor] = {}
+        self._senders: dict[int, list] = {}
+        self._counts = [{"pushes": 0, "bytes_in": 0} for _ in range(threads)]
+        self.error: BaseException | None = None
+        self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True, name=f"ps-engine{i}")
+                         for i in range(threads)]
+        for t in self._threads:
+            t.start()
 
-# -- the server process ---------------------------------------------------------------------
-def serve(rank: int, workers: int, tracer, timeout_s: float) -> dict:
-    """Run one server until every worker has said STOP; returns counts for the record."""
-    me, mine, dtype = receive_plan(rank, workers)
-    acc = {k: torch.zeros(n, dtype=dtype) for k, n in mine.items()}
-    count = {k: 0 for k in mine}
-    key_locks = {k: threading.Lock() for k in mine}
-    send_locks = [threading.Lock() for _ in range(workers)]
-    stats = {"server": me, "keys": len(mine), "pushes": 0, "bytes_in": 0}
+    def push(self, key: int, iteration: int, sender, data: torch.Tensor) -> None:
+        self._queues[self.map.thread_of(key, data.numel() * data.element_size())].put((key, iteration, sender, data))
 
-    def reply(key: int, iteration: int) -> None:
-        t0 = tracer.now_us() if tracer.enabled else 0.0
-        for w in range(workers):
-            with send_locks[w]:
-                dist.send(torch.tensor([key, iteration], dtype=torch.int64), dst=w, tag=0)
-                dist.send(acc[key], dst=w, tag=key + 1)
-        if tracer.enabled:
-            tracer.complete("pull_served", "server", t0, tracer.now_us(),
-                            {"iter": iteration, "key": key, "server": me, "bytes": acc[key].numel() * acc[key].element_size(),
-                             "workers": workers}, lane="server")
-
-    def from_worker(w: int) -> None:
-        header = torch.empty(2, dtype=torch.int64)
-        scratch = {}
-        while True:
-            dist.recv(header, src=w, tag=0)
-            key, iteration = int(header[0]), int(header[1])
-            if key == STOP:
-                return
-            buf = scratch.get(key)
-            if buf is None:
-                buf = scratch[key] = torch.empty(mine[key], dtype=dtype)
-            t0 = tracer.now_us() if tracer.enabled else 0.0
-            dist.recv(buf, src=w, tag=key + 1)
-            if tracer.enabled:
-                tracer.complete("push_received", "server", t0, tracer.now_us(),
-                                {"iter": iteration, "key": key, "server": me, "worker": w, "bytes": buf.numel() * buf.element_size()},
-                                lane="server")
-            with key_locks[key]:
-                t1 = tracer.now_us() if tracer.enabled else 0.0
-                if count[key] == 0:
-                    acc[key].copy_(buf)
-                else:
-                    acc[key].add_(buf)
-                count[key] += 1
-                stats["pushes"] += 1
-                stats["bytes_in"] += buf.numel() * buf.element_size()
-                if tracer.enabled:
-                    tracer.complete("sum", "server", t1, tracer.now_us(),
-                                    {"iter": iteration, "key": key, "server": me, "pushes": count[key]}, lane="server")
-                if count[key] == workers:
-                    reply(key, iteration)  # under the key's lock: the next round's pushes wait for it
-                    count[key] = 0
-
-    errors = []
-
-    def guarded(w):
+    def _run(self, i: int) -> None:
+        q, counts, tracer = self._queues[i], self._counts[i], self.tracer
         try:
-            from_worker(w)
-        except BaseException as exc:
-            errors.append(exc)
+            while True:
+                item = q.get()
+                if item is None:
+                    return
+                key, iteration, sender, data = item
+                t0 = tracer.now_us() if tracer.enabled else 0.0
+                senders = self._senders.setdefault(key, [])  # this thread alone touches `key`
+                if not senders:
+                    self._acc[key] = data.clone()  # a fresh sum each round: the last may still be sending
+                else:
+                    self._acc[key].add_(data)
+                senders.append(sender)
+                counts["pushes"] += 1
+                counts["bytes_in"] += data.numel() * data.element_size()
+                if tracer.enabled:
+                    tracer.complete("sum", "server", t0, tracer.now_us(),
+                                    {"iter": iteration, "key": key, "server": self.me, "pushes": len(senders),
+                                     "engine": i}, lane="server")
+                if len(senders) == self.pushers:
+                    self._senders[key] = []
+                    self.reply(key, iteration, self._acc[key], senders)
+        except BaseException as exc:  # the wire's loop sees it and fails the server
+            self.error = exc
 
-    threads = [threading.Thread(target=guarded, args=(w,), daemon=True, name=f"push-from-worker{w}") for w in range(workers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    for w in range(workers):  # release each worker's receiving thread
-        with send_locks[w]:
-            dist.send(torch.tensor([STOP, -1], dtype=torch.int64), dst=w, tag=0)
-    return stats
-
-
-TRANSPORT = PushPull  # see methods.ps_engine
+    def close(self, timeout_s: float) -> dict:
+        """Stop the threads once their queues are drained; the counts for the record."""
+        for q in self._queues:
+            q.put(None)
+        for t in self._threads:
+            t.join(timeout_s)
+        if self.error is not None:
+            raise self.error
+        return {"pushes": sum(c["pushes"] for c in self._counts), "bytes_in": sum(c["bytes_in"] for c in self._counts),
+                "engine_threads": len(self._threads), "pushers_per_key": self.pushers,
+                "keys_per_engine": [sum(1 for t in self.map.owner.values() if t == i) for i in range(len(self._threads))]}

@@ -142,9 +142,10 @@ def test_ctrl_c_stops_every_worker_and_records_the_interruption(tmp_path):
     assert no_worker_left(tmp_path)
 
 
+@pytest.mark.parametrize("method", ["bytescheduler-ps", "wfbp-ps"])  # each worker pushes; one machine's leader does
 @pytest.mark.parametrize("how", ["killed", "hung"])
-def test_a_dead_or_hung_server_ends_the_job_within_60_s(tmp_path, how):
-    proc = start_long_run(tmp_path, method="bytescheduler-ps")
+def test_a_dead_or_hung_server_ends_the_job_within_60_s(tmp_path, how, method):
+    proc = start_long_run(tmp_path, method=method)
     worker_pid(tmp_path, 0)  # the workers iterate, so the server serves
     server = int(next(tmp_path.glob("runs/*/pid-rank2")).read_text())  # rank 2: the server
     os.kill(server, signal.SIGKILL if how == "killed" else signal.SIGSTOP)

@@ -1,0 +1,176 @@
+"""BytePS's topology on this host: 4 CPU workers laid out as 2 nodes of 2 (local launcher,
+`launcher.workers_per_node=2`), with the per-machine default (reduce in the node, the node's
+leader pushes and pulls, broadcast in the node) and the per-gpu option (every worker pushes).
+
+Both stay lossless; servers default to one per node; only the nodes' leaders (ranks 0 and 2)
+push, so the servers take in half the bytes per iteration that per-gpu sends them; and the
+record says which topology ran. Also: a server waits for its first push under
+`startup_timeout_s`, not the communication timeout, on both wires.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+import torch
+
+from ddlbench.trace import load as load_trace
+from helpers import REPO, ddlbench, iterations, records, reference_parameters
+
+pytestmark = pytest.mark.multiproc
+
+METHODS = ["bsp-ps", "wfbp-ps"]
+LAYOUT = ["model=tiny-resnet", "workers=4", "launcher.workers_per_node=2"]
+PROTOCOL = ["profile.warmup_iters=1", "profile.measured_iters=3", "profile.repeats=1", "local_batch=4",
+            "trace=true", "save_params=true"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict:
+    """{(method, topology): record}: 4 workers as 2 nodes of 2, 6 processes on this host."""
+    out = {}
+    for topology in ("per-machine", "per-gpu"):
+        results = tmp_path_factory.mktemp(topology)
+        ddlbench("--multirun", f"method={','.join(METHODS)}", f"method.ps_topology={topology}", *LAYOUT, *PROTOCOL,
+                 results=results, check=True, timeout=600)
+        for r in records(results):
+            out[(r["method"], topology)] = r
+    return out
+
+
+def model_bytes(rec) -> int:
+    return sum(p.numel() * p.element_size() for p in reference_parameters(Path(rec["run_dir"])).values())
+
+
+def server_events(rec, name: str) -> list[dict]:
+    return [e for r in range(rec["workers"], rec["workers"] + rec["servers"])
+            for e in load_trace(rec["trace"][r]) if e["name"] == name]
+
+
+@pytest.mark.parametrize("topology", ["per-machine", "per-gpu"])
+@pytest.mark.parametrize("method", METHODS)
+def test_lossless_on_two_nodes_of_two(runs, method, topology):
+    rec = runs[(method, topology)]
+    assert rec["status"] == "ok", rec["error"]
+    assert rec["params_consistent"]
+    got = torch.load(Path(rec["run_dir"]) / "params.pt")
+    for name, ref in reference_parameters(Path(rec["run_dir"])).items():
+        torch.testing.assert_close(got[name], ref, rtol=1e-5, atol=1e-6, msg=lambda m: f"{method} {topology} {name}: {m}")
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_per_machine_is_the_default_recorded_with_one_server_per_node(runs, method):
+    rec = runs[(method, "per-machine")]
+    assert rec["servers"] == 2 and rec["config"]["launcher"]["workers_per_node"] == 2
+    assert (rec["ps_topology"], rec["pushers_per_key"], rec["workers_per_node"]) == ("per-machine", 2, 2)
+    assert rec["server_engine_threads"] == 8 and rec["ps_wire"] == "zmq"
+    assert all(s["pushers_per_key"] == 2 and s["engine_threads"] == 8 for s in rec["server_stats"])
+    other = runs[(method, "per-gpu")]
+    assert (other["ps_topology"], other["pushers_per_key"], other["servers"]) == ("per-gpu", 4, 2)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_only_the_node_leaders_push_and_servers_take_half_the_bytes_of_per_gpu(runs, method):
+    machine, gpu = runs[(method, "per-machine")], runs[(method, "per-gpu")]
+    assert {e["args"]["worker"] for e in server_events(machine, "push_received")} == {0, 2}
+    assert {e["args"]["worker"] for e in server_events(gpu, "push_received")} == {0, 1, 2, 3}
+    model = model_bytes(machine)
+    for rec, pushers in ((machine, 2), (gpu, 4)):
+        per_iter = sum(s["bytes_in"] for s in rec["server_stats"]) / rec["iterations_total"]
+        assert per_iter == pushers * model  # nodes x model bytes; per-gpu: workers x model bytes
+        assert all(e["args"]["pushes"] <= pushers for e in server_events(rec, "sum"))
+    for rank in (1, 3):  # followers never talk to the servers
+        assert not [e for e in load_trace(machine["trace"][rank]) if e["name"] == "push_pull"]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_each_message_is_reduced_in_the_node_pushed_by_its_leader_then_broadcast(runs, method):
+    """The pipeline in the leader's trace: node reduce issued before its pushes leave, every
+    pull landed before the node's broadcast; every rank reduces and broadcasts every message."""
+    rec = runs[(method, "per-machine")]
+    for rank in range(4):
+        for it, cats in iterations(rec, rank).items():
+            by = defaultdict(lambda: defaultdict(list))
+            for e in cats["comm"]:
+                by[e["args"]["group"]][e["name"]].append(e)
+            assert by, f"rank {rank} iteration {it} communicates"
+            for g, ev in by.items():
+                assert len(ev["node_reduce"]) == len(ev["node_broadcast"]) == 1
+                assert ev["node_reduce"][0]["args"]["leader"] == (0 if rank < 2 else 2)
+                if rank in (0, 2):
+                    assert ev["push_pull"], f"leader {rank} pushes message {g}"
+                    reduce_ts = ev["node_reduce"][0]["ts"]
+                    bcast_ts = ev["node_broadcast"][0]["ts"]
+                    assert all(reduce_ts <= p["ts"] and p["ts"] + p["dur"] <= bcast_ts for p in ev["push_pull"])
+                else:
+                    assert not ev["push_pull"]
+
+
+def test_servers_sum_on_engine_threads_keys_spread_over_them(runs):
+    rec = runs[("wfbp-ps", "per-machine")]
+    for stats in rec["server_stats"]:
+        assert len(stats["keys_per_engine"]) == 8 and sum(stats["keys_per_engine"]) == stats["keys"]
+    used = {e["args"]["engine"] for e in server_events(rec, "sum")}
+    assert len(used) > 1  # 29 tensors' keys do not all land on one thread
+    owner = {}
+    for e in server_events(rec, "sum"):  # a key is always summed by the same thread
+        assert owner.setdefault((e["args"]["server"], e["args"]["key"]), e["args"]["engine"]) == e["args"]["engine"]
+
+
+# -- start-up: the first push may come long after the server starts -----------------------------
+STARTUP_JOB = r"""
+import os, sys, time, torch, torch.distributed as dist
+from datetime import timedelta
+from ddlbench.methods import Context, ps_engine, ps_node
+from ddlbench.trace import NullTracer
+from omegaconf import OmegaConf
+
+wire, delay_s = sys.argv[1], float(sys.argv[2])
+rank = int(os.environ["RANK"])
+dist.init_process_group("gloo", rank=rank, world_size=2, timeout=timedelta(seconds=2))
+startup = dist.new_group(backend="gloo", timeout=timedelta(seconds=60))
+method = OmegaConf.create({"transport": wire, "ps_topology": "per-gpu", "server_engine_threads": 2})
+layout = ps_node.setup(method, 1, 1, 1, 2, 60, startup)  # comm_timeout_s=2, startup_timeout_s=60
+engine = ps_engine(method)
+if rank == 1:
+    stats = engine.serve(rank, layout, NullTracer())
+    print("served", stats["pushes"], flush=True)
+else:
+    ctx = Context(rank=0, world=1, device=torch.device("cpu"), tracer=NullTracer(),
+                  extra={"comm_timeout_s": 2, "startup_timeout_s": 60})
+    pp = engine.TRANSPORT(ctx, layout, 4096)
+    pp.prepare([3000])
+    time.sleep(delay_s)  # a worker still busy with its first iteration (BERT-Large, cuDNN autotuning)
+    x = torch.arange(3000, dtype=torch.float32)
+    pp.reduce_async(x, iteration=0, tensors=["x"], group=0).wait()
+    assert torch.equal(x, torch.arange(3000, dtype=torch.float32)), "one worker: the average is the push"
+    pp.close()
+    print("pulled", flush=True)
+dist.barrier()
+os._exit(0)
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("wire", ["zmq", "gloo"])
+def test_a_server_waits_for_the_first_push_under_the_startup_timeout(tmp_path, wire):
+    """comm_timeout_s is 2 s and the first push comes 5 s after the server is ready."""
+    import subprocess
+
+    script = tmp_path / "job.py"
+    script.write_text(STARTUP_JOB)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
+                           "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{_free_port()}", str(script), wire, "5"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "served 3" in proc.stdout and "pulled" in proc.stdout  # 3000 floats: 3 partitions of 4096 bytes
