@@ -216,7 +216,7 @@ def workers_per_node(cfg) -> int:
 
 
 def _check_method(cfg) -> None:
-    from ddlbench.methods import ARCHITECTURES, PS_ENGINES, SCHEDULES, orders_within_node
+    from ddlbench.methods import ARCHITECTURES, PS_ENGINES, SCHEDULES
     from ddlbench.methods.ps_node import TOPOLOGIES
 
     m = cfg.method
@@ -241,10 +241,6 @@ def _check_method(cfg) -> None:
         raise _bad("method.ps_topology", m.ps_topology, TOPOLOGIES)
     if "server_engine_threads" in m:
         _int(cfg, "method.server_engine_threads", 1)
-    if (m.architecture == "ps" and m.get("ps_topology") == "per-machine" and min(workers_per_node(cfg), cfg.workers) > 1
-            and not orders_within_node(m.schedule)):
-        raise ConfigError(f"method={m.name} with method.ps_topology=per-machine and {workers_per_node(cfg)} workers per "
-                          f"node needs the schedule to follow its node leader's order; accepted: method.ps_topology=per-gpu")
     if "bucket_cap_mb" in m and not m.bucket_cap_mb > 0:
         raise ConfigError(f"method.bucket_cap_mb={m.bucket_cap_mb!r} is invalid; accepted: > 0")
     for key in ("alpha_s", "beta_s_per_byte"):

@@ -56,15 +56,6 @@ def ps_setup(method_cfg, workers: int, servers: int, workers_per_node: int, comm
     return ps_node.setup(method_cfg, workers, servers, workers_per_node, comm_timeout_s, startup_timeout_s, setup_group)
 
 
-def orders_within_node(schedule: str) -> bool:
-    """Whether a schedule can run on the per-machine PS layer when a node has several workers.
-    The layer needs each node's ranks to submit messages they will all eventually submit; a
-    schedule whose order comes from run-time timing under a credit bound (ByteScheduler) must
-    follow its node leader's order (`transport.order_group`), and says so with
-    `follows_order_group = True`."""
-    return schedule != "bytescheduler" or getattr(plugin_class(schedule), "follows_order_group", False)
-
-
 # The PS engine's wire: ZeroMQ by default (chosen by measurement), or Gloo point-to-point.
 # Each module has the worker side (TRANSPORT) and the server loop (serve(rank, layout, tracer)).
 PS_ENGINES = {"zmq": "ddlbench.methods.ps_zmq", "gloo": "ddlbench.methods.ps_gloo"}

@@ -91,7 +91,6 @@ class Partition:
 
 class ByteScheduler(GradSync):
     owns_update = True  # parameters are updated as their communication completes
-    follows_order_group = True  # per-machine PS: the node's leader decides the order (`_order_domain`)
 
     def __init__(self, cfg, ctx, transport):
         super().__init__(cfg, ctx)

@@ -23,7 +23,7 @@ from helpers import REPO, ddlbench, iterations, records, reference_parameters
 
 pytestmark = pytest.mark.multiproc
 
-METHODS = ["bsp-ps", "wfbp-ps"]
+METHODS = ["bsp-ps", "wfbp-ps", "bytescheduler-ps"]
 LAYOUT = ["model=tiny-resnet", "workers=4", "launcher.workers_per_node=2"]
 PROTOCOL = ["profile.warmup_iters=1", "profile.measured_iters=3", "profile.repeats=1", "local_batch=4",
             "trace=true", "save_params=true"]
@@ -174,3 +174,18 @@ def test_a_server_waits_for_the_first_push_under_the_startup_timeout(tmp_path, w
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "served 3" in proc.stdout and "pulled" in proc.stdout  # 3000 floats: 3 partitions of 4096 bytes
+
+
+def test_bytescheduler_ps_per_machine_launches_in_its_node_leaders_order(runs):
+    """Each machine's leader decides its node's order (ByteScheduler over BytePS schedules per
+    machine); per-gpu every worker orders on its own."""
+    machine, gpu = runs[("bytescheduler-ps", "per-machine")], runs[("bytescheduler-ps", "per-gpu")]
+    assert machine["order_leader"] == 0 and gpu["order_leader"] is None
+
+    def chosen_order(rec, rank):
+        events = [e for e in load_trace(rec["trace"][rank]) if e["name"] == "node_reduce"]
+        return [e["args"]["partition"] for e in sorted(events, key=lambda e: e["args"]["chosen_us"])]
+
+    for leader, follower in ((0, 1), (2, 3)):
+        assert chosen_order(machine, leader) and chosen_order(machine, follower) == chosen_order(machine, leader)
+

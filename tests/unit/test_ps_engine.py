@@ -124,14 +124,3 @@ def test_bad_ps_topology_settings_fail_in_one_line(overrides, words):
         resolved(*overrides)
     for w in words:
         assert w in str(err.value)
-
-
-def test_bytescheduler_ps_per_machine_needs_its_order_from_the_node_leader():
-    """Without it a node's ranks could hold credit for partitions the leader never chose."""
-    from ddlbench.methods import orders_within_node
-
-    if orders_within_node("bytescheduler"):
-        pytest.skip("ByteScheduler follows its node leader's order (order_group)")
-    with pytest.raises(ConfigError, match="ps_topology=per-gpu"):
-        resolved("method=bytescheduler-ps", "workers=2", "method.ps_topology=per-machine")
-    resolved("method=bytescheduler-ps", "workers=2", "launcher.workers_per_node=1", "method.ps_topology=per-machine")
