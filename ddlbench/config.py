@@ -21,6 +21,7 @@ GROUPS = ("method", "model", "profile", "engine", "launcher", "experiment")
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl", "mpi")
 REPEAT_MODES = ("launch", "process")
+BYTESCHEDULER_PS_VARIANTS = ("worker", "byteps")  # ByteScheduler's queue, or the study's BytePS server schedule
 # profile.distinct_batches=auto: one batch per iteration of a repeat, but never more than this
 # many, all of them held on the device (a long run, say 100000 iterations, must not hold them all).
 AUTO_DISTINCT_BATCHES_MAX = 16
@@ -237,6 +238,8 @@ def _check_method(cfg) -> None:
             _int(cfg, f"method.{key}", 1)
     if "fusion_elems" in m:
         _int(cfg, "method.fusion_elems", 0)
+    if "scheduler" in m and m.scheduler not in BYTESCHEDULER_PS_VARIANTS:
+        raise _bad("method.scheduler", m.scheduler, BYTESCHEDULER_PS_VARIANTS)
     if "ps_topology" in m and m.ps_topology not in TOPOLOGIES:
         raise _bad("method.ps_topology", m.ps_topology, TOPOLOGIES)
     if "server_engine_threads" in m:

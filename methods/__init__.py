@@ -26,8 +26,19 @@ def plugin_class(schedule: str):
     return getattr(importlib.import_module(module), cls)
 
 
+def schedule_of(method_cfg) -> str:
+    """The plug-in that runs: the config's schedule, except for the study's ByteScheduler-PS
+    (`scheduler: byteps`), which was BytePS with `BYTEPS_SERVER_ENABLE_SCHEDULE=1` and BytePS's
+    own optimizer: one push/pull per tensor from its gradient hook, every one waited for before
+    the step, no worker-side queue (the study set no BYTEPS_SCHEDULING_CREDIT), the servers
+    scheduling their engine queues. That is WFBP over PS, with scheduling servers."""
+    if method_cfg.schedule == "bytescheduler" and method_cfg.get("scheduler") == "byteps":
+        return "wfbp"
+    return method_cfg.schedule
+
+
 def build(method_cfg, ctx: Context) -> GradSync:
-    plugin = plugin_class(method_cfg.schedule)
+    plugin = plugin_class(schedule_of(method_cfg))
     if method_cfg.schedule in ("ddp", "horovod"):
         return plugin(method_cfg, ctx)
     return plugin(method_cfg, ctx, make_transport(method_cfg, ctx))

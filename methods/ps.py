@@ -21,6 +21,7 @@ round's sum back to the wire, whose own I/O never sums.
 """
 from __future__ import annotations
 
+import heapq
 import queue
 import threading
 from dataclasses import dataclass
@@ -263,17 +264,53 @@ class EngineMap:
             return i
 
 
+class ScheduledQueue:
+    """An engine thread's queue with BytePS's server-side scheduling
+    (`BYTEPS_SERVER_ENABLE_SCHEDULE=1`, byteps/server/queue.h): the push of the key with the
+    fewest pushes received so far in its round goes first, the oldest on a tie, so a key that
+    only lately started its round is summed ahead of keys that are nearly done. BytePS counts a
+    key's pushes as they are queued and does not re-sort later; neither does this. Without
+    scheduling BytePS's queue is FIFO, as `queue.SimpleQueue` is."""
+
+    def __init__(self, pushers: int):
+        self.pushers = pushers
+        self._heap: list = []
+        self._seen: dict[int, int] = {}  # pushes of the key queued in its current round
+        self._arrival = 0
+        self._cond = threading.Condition()
+
+    def put(self, item) -> None:
+        with self._cond:
+            if item is None:  # stop after everything queued
+                rank = (float("inf"), self._arrival)
+            else:
+                key = item[0]
+                count = self._seen.get(key, 0)
+                self._seen[key] = (count + 1) % self.pushers
+                rank = (count, self._arrival)
+            self._arrival += 1
+            heapq.heappush(self._heap, (rank, item))
+            self._cond.notify()
+
+    def get(self):
+        with self._cond:
+            while not self._heap:
+                self._cond.wait()
+            return heapq.heappop(self._heap)[1]
+
+
 class Engines:
     """A server's summing engine: `threads` engine threads, each owning the keys `EngineMap`
     gives it. `push` (from the wire's I/O) queues a push; the owner sums it, and once a key has
     `pushers` pushes in the round, `reply(key, iteration, summed, senders)` runs on that engine
-    thread (the wire sends the sum, or hands it to its I/O thread)."""
+    thread (the wire sends the sum, or hands it to its I/O thread). With `schedule`, each engine
+    thread takes its pushes in BytePS's server-scheduled order (`ScheduledQueue`)."""
 
-    def __init__(self, me: int, dtype, pushers: int, threads: int, reply, tracer):
+    def __init__(self, me: int, dtype, pushers: int, threads: int, reply, tracer, schedule: bool = False):
         self.me, self.dtype, self.pushers = me, dtype, pushers
         self.reply, self.tracer = reply, tracer
         self.map = EngineMap(threads)
-        self._queues = [queue.SimpleQueue() for _ in range(threads)]
+        self._queues = [ScheduledQueue(pushers) if schedule else queue.SimpleQueue() for _ in range(threads)]
         self._acc: dict[int, torch.Tensor] = {}
         self._senders: dict[int, list] = {}
         self._counts = [{"pushes": 0, "bytes_in": 0} for _ in range(threads)]

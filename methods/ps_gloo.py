@@ -105,7 +105,7 @@ def serve(rank: int, layout, tracer) -> dict:
                             {"iter": iteration, "key": key, "server": me, "bytes": summed.numel() * summed.element_size(),
                              "workers": len(senders)}, lane="server")
 
-    engines = Engines(me, dtype, len(pushers), layout.engine_threads, reply, tracer)
+    engines = Engines(me, dtype, len(pushers), layout.engine_threads, reply, tracer, schedule=layout.server_schedule)
 
     def from_pusher(w: int) -> None:
         header = torch.empty(2, dtype=torch.int64)

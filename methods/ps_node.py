@@ -70,6 +70,7 @@ class Layout:
     startup_timeout_s: float = 600
     setup_group: Any = None  # Gloo over every rank, `startup_timeout_s`: plan and addresses
     node_groups: dict = field(default_factory=dict)  # node index -> NodeGroups (this rank's node only)
+    server_schedule: bool = False  # BytePS's BYTEPS_SERVER_ENABLE_SCHEDULE (ps.ScheduledQueue)
 
     @property
     def pushers(self) -> list[int]:
@@ -81,7 +82,8 @@ class Layout:
 
     def describe(self) -> dict:
         return {"ps_topology": self.topology, "pushers_per_key": len(self.pushers),
-                "workers_per_node": max(len(n) for n in self.nodes), "server_engine_threads": self.engine_threads}
+                "workers_per_node": max(len(n) for n in self.nodes), "server_engine_threads": self.engine_threads,
+                "server_schedule": self.server_schedule}
 
 
 def setup(method_cfg, workers: int, servers: int, workers_per_node: int, comm_timeout_s: float,
@@ -91,7 +93,8 @@ def setup(method_cfg, workers: int, servers: int, workers_per_node: int, comm_ti
     topology = method_cfg.get("ps_topology", "per-machine")
     nodes = nodes_of(workers, workers_per_node)
     layout = Layout(workers, servers, topology, nodes, int(method_cfg.get("server_engine_threads", 8)),
-                    comm_timeout_s, startup_timeout_s, setup_group)
+                    comm_timeout_s, startup_timeout_s, setup_group,
+                    server_schedule=method_cfg.get("scheduler") == "byteps")
     if topology == "per-machine":
         me = dist.get_rank()
         for i, members in enumerate(nodes):

@@ -175,7 +175,8 @@ def serve(rank: int, layout, tracer) -> dict:
     advertised = exchange_addresses(port, layout.setup_group)[rank]
     mailbox = Mailbox(zctx)
     engines = Engines(me, dtype, len(layout.pushers), layout.engine_threads,
-                      lambda key, iteration, summed, senders: mailbox.post((key, iteration, summed, senders)), tracer)
+                      lambda key, iteration, summed, senders: mailbox.post((key, iteration, summed, senders)), tracer,
+                      schedule=layout.server_schedule)
     poller = zmq.Poller()
     poller.register(router, zmq.POLLIN)
     poller.register(mailbox.rx, zmq.POLLIN)

@@ -189,3 +189,18 @@ def test_bytescheduler_ps_per_machine_launches_in_its_node_leaders_order(runs):
     for leader, follower in ((0, 1), (2, 3)):
         assert chosen_order(machine, leader) and chosen_order(machine, follower) == chosen_order(machine, leader)
 
+
+
+def test_the_studys_bytescheduler_ps_is_byteps_with_scheduling_servers(tmp_path):
+    """scheduler=byteps: per-tensor pushes from the hooks during backward (BytePS's optimizer),
+    servers taking their engine queues in BytePS's scheduled order; lossless on 2 nodes of 2."""
+    ddlbench("method=bytescheduler-ps", "method.scheduler=byteps", *LAYOUT, *PROTOCOL, results=tmp_path, check=True,
+             timeout=600)
+    (rec,) = records(tmp_path)
+    assert rec["server_schedule"] is True and rec["messages_per_iter"] == 29 and rec["ps_topology"] == "per-machine"
+    got = torch.load(Path(rec["run_dir"]) / "params.pt")
+    for name, ref in reference_parameters(Path(rec["run_dir"])).items():
+        torch.testing.assert_close(got[name], ref, rtol=1e-5, atol=1e-6)
+    for cats in iterations(rec).values():
+        bw = cats["backward"][0]
+        assert min(c["ts"] for c in cats["comm"]) < bw["ts"] + bw["dur"]  # pushed from the hooks

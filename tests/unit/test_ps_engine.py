@@ -124,3 +124,34 @@ def test_bad_ps_topology_settings_fail_in_one_line(overrides, words):
         resolved(*overrides)
     for w in words:
         assert w in str(err.value)
+
+
+def test_byteps_server_schedule_takes_the_key_with_the_fewest_pushes_first():
+    """BYTEPS_SERVER_ENABLE_SCHEDULE=1 (byteps/server/queue.h), hand-worked with 3 pushers:
+    pushes queued as k1, k1, k2, k2, k3 leave as k1, k2, k3 (each a key's first push of the
+    round), then k1, k2 (second pushes), oldest first within a count; FIFO would keep them as
+    they came."""
+    from ddlbench.methods.ps import ScheduledQueue
+
+    q = ScheduledQueue(pushers=3)
+    for n, key in enumerate((1, 1, 2, 2, 3)):
+        q.put((key, 0, f"w{n}", None))
+    assert [q.get()[2] for _ in range(5)] == ["w0", "w2", "w4", "w1", "w3"]
+    # A key's round ends with its third push: the next one starts a round, counted from 0 again.
+    for n, key in enumerate((5, 5, 5, 6, 6, 5)):
+        q.put((key, 1, f"r{n}", None))
+    assert [q.get()[2] for _ in range(6)] == ["r0", "r3", "r5", "r1", "r4", "r2"]
+    q.put(None)
+    q.put((7, 2, "late", None))
+    assert q.get()[2] == "late" and q.get() is None  # stop only after everything queued
+
+
+def test_the_study_profile_runs_byteps_server_scheduling_as_bytescheduler_ps():
+    from ddlbench.methods import schedule_of
+
+    study = resolved("method=bytescheduler-ps", "profile=study")
+    assert study.method.scheduler == "byteps" and schedule_of(study.method) == "wfbp"
+    local = resolved("method=bytescheduler-ps")
+    assert local.method.scheduler == "worker" and schedule_of(local.method) == "bytescheduler"
+    with pytest.raises(ConfigError, match=r"'nope'; accepted: worker, byteps"):
+        resolved("method=bytescheduler-ps", "method.scheduler=nope")
