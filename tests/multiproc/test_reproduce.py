@@ -43,7 +43,7 @@ def test_make_reproduce_rejects_a_bad_method_before_running_anything(tmp_path):
                            "-o", f"{REPO}/.venv/.installed"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     assert "unknown method 'nope'" in proc.stderr
-    assert not Path(tmp_path, "runs.jsonl").exists()
+    assert not records(tmp_path)
 
 
 @pytest.fixture(scope="module")
