@@ -38,9 +38,11 @@ def run(cfg) -> dict:
     results = Path(cfg.results_dir)
     rec = base_record(cfg)
     if cfg.skip_recorded:
+        from .slurm import QueueUnreadable
+
         try:
             skip = skip_reason(cfg, rec, results)
-        except RuntimeError as exc:  # the queue could not be read: submitting could run the job twice
+        except QueueUnreadable as exc:  # submitting now could run a queued job twice
             print(f"ddlbench: error: {exc}", file=sys.stderr, flush=True)
             return {**rec, "status": "failed", "error": str(exc)}
         if skip:
@@ -186,10 +188,10 @@ def base_record(cfg) -> dict:
 
 
 def skip_reason(cfg, rec: dict, results: Path) -> tuple[str, dict] | None:
-    """Why `skip_recorded` skips this run (and fields for the returned record), or None to run it. The queue is asked before the
-    records: a job writes its record before it leaves the queue, so a job that ends between the
-    two looks is found by the second, never missed by both (and run twice). RuntimeError where
-    the queue cannot be read."""
+    """Why `skip_recorded` skips this run (and fields for the returned record), or None to run it.
+    The queue is asked before the records: a job writes its record before it leaves the queue,
+    so a job that ends between the two looks is found by the second, never missed by both (and
+    run twice). slurm.QueueUnreadable where the queue cannot be read."""
     if cfg.launcher.name == "slurm" and not cfg.launcher.dry_run:
         from . import slurm
 

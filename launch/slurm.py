@@ -370,6 +370,8 @@ def node_main(run_dir: str, rec: dict) -> int:
     if node == 0:
         rec = dict(rec, job_id=job.job_id, hosts=job.hostnames)
         finish(cfg, rec, run_dir, rc, reason, Path(cfg.results_dir))
+        if rec["status"] != "ok" and rc == 0:  # the record could not be written (a full disk): the job failed
+            rc, reason = 1, rec["error"]
     if rc != 0:
         raise RuntimeError(reason or f"node {node}: ranks exited with {rc}")
     return rc
