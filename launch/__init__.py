@@ -47,7 +47,7 @@ def run(cfg) -> dict:
             return {**rec, "status": "failed", "error": str(exc)}
         if skip:
             why, extra = skip
-            print(f"[ddlbench] skipped: {cfg.method.name} {cfg.model.name} x{cfg.workers}: {why}", flush=True)
+            print(f"[ddlbench] skipped: {why}", flush=True)
             return {**rec, **extra, "status": "skipped"}
     stamp = rec["started_at"].replace(":", "").replace("-", "")[:15]
     run_dir = results / "runs" / f"{stamp}-{cfg.method.name}-{cfg.model.name}-w{cfg.workers}-{uuid.uuid4().hex[:6]}"
@@ -192,14 +192,15 @@ def skip_reason(cfg, rec: dict, results: Path) -> tuple[str, dict] | None:
     The queue is asked before the records: a job writes its record before it leaves the queue,
     so a job that ends between the two looks is found by the second, never missed by both (and
     run twice). slurm.QueueUnreadable where the queue cannot be read."""
+    label = f"{cfg.method.name} {cfg.model.name} x{cfg.workers}"
     if cfg.launcher.name == "slurm" and not cfg.launcher.dry_run:
         from . import slurm
 
         queued = slurm.queued_job(slurm.job_name(cfg, rec))
         if queued:
-            return f"already queued as Slurm job {queued}", {"job_id": queued}
+            return f"{label} is already queued as Slurm job {queued}", {"job_id": queued}
     if already_recorded(results, rec):
-        return f"an ok record of this configuration ({rec['config_hash']}) exists in {results}", {}
+        return f"an ok record of {label} (config {rec['config_hash']}) exists in {results}", {}
     return None
 
 
