@@ -83,10 +83,12 @@ reproduce-paper: install
 			$(paper_args) || exit $$?; \
 	done
 
+# EXPORT=PATH also writes every record (records/*.json merged with *.jsonl) into one JSON-lines file.
+EXPORT   ?=
 summary: install
-	$(PY) -m ddlbench.analysis.summary $(RESULTS)
+	$(PY) -m ddlbench.analysis.summary $(RESULTS) $(if $(EXPORT),--export $(EXPORT))
 
-# The study's Figure 4 and tables from every $(RESULTS)/*.jsonl, beside the published numbers.
+# The study's Figure 4 and tables from every record in $(RESULTS), beside the published numbers.
 figures: install
 	$(PY) -m ddlbench.analysis.report $(RESULTS)
 

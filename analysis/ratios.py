@@ -10,7 +10,7 @@ benchmarks/commbench_overhead.py does). A goal on a ratio is decided by that int
 (noise.goal), and only from metrics.rounds_to_resolve() rounds up (6 at 95%): with fewer, even
 rounds that all fall on one side of the goal could be chance.
 
-Rounds live one per directory, `round-01/runs.jsonl`, `round-02/...`, under one results folder.
+Rounds live one per directory (its records), `round-01/`, `round-02/...`, under one results folder.
 """
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def round_dir(results: Path, r: int) -> Path:
 
 def load_rounds(results: Path) -> list[list[dict]]:
     """Each round's ok records, in round order."""
-    return [[rec for rec in load([d / "runs.jsonl"]).records if rec.get("status") == "ok"]
+    return [[rec for rec in load([d]).records if rec.get("status") == "ok"]
             for d in sorted(results.glob("round-*"))]
 
 

@@ -1,13 +1,19 @@
-"""Read run records: every `*.jsonl` given, line by line, keeping what parses.
+"""Read run records: every `*.jsonl` given, line by line, and every record file of a results
+directory (`<results>/records/*.json`, one run each; ddlbench.record.write), keeping what parses.
 
-A line that cannot be parsed is reported with its file and line number and skipped; the rest
-are still used (a run that died mid-way must not hide the runs before it).
+A results directory reads as the merge of its `*.jsonl` files (runs.jsonl from earlier
+versions, commbench.jsonl) and its `records/` folder, records in the order they were written
+(record files sort by the time of writing). A line or file that cannot be parsed is
+reported with its file (and line number) and skipped; the rest are still used (a run that died
+mid-way must not hide the runs before it).
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ddlbench.record import RECORDS_DIR
 
 
 @dataclass
@@ -21,22 +27,47 @@ def load(paths) -> Loaded:
     for path in paths:
         path = Path(path)
         if path.is_dir():
-            out_dir = load(sorted(path.glob("*.jsonl")))
-            out.records += out_dir.records
-            out.problems += out_dir.problems
-            continue
-        if not path.exists():
-            continue
-        with open(path, errors="replace") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                    if not isinstance(rec, dict):
-                        raise ValueError("not a JSON object")
-                except ValueError as exc:
-                    out.problems.append(f"{path}:{lineno}: unparsable record skipped ({exc})")
-                    continue
-                out.records.append(rec)
+            files = sorted(path.glob("*.jsonl")) + sorted((path / RECORDS_DIR).glob("*.json"))
+        else:
+            files = [path]
+        for f in files:
+            out.records += _read(f, out.problems)
     return out
+
+
+def _read(path: Path, problems: list[str]):
+    """Each record of a `.jsonl` (one per line) or `.json` file (one)."""
+    try:
+        with open(path, errors="replace") as f:
+            text = f.read()
+    except FileNotFoundError:  # not there (yet), or a record file renamed away while listing
+        return
+    lines = [text] if path.suffix == ".json" else text.splitlines()
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{path}" if path.suffix == ".json" else f"{path}:{lineno}"
+        try:
+            rec = json.loads(line)
+            if not isinstance(rec, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as exc:
+            problems.append(f"{where}: unparsable record skipped ({exc})")
+            continue
+        yield rec
+
+
+def export(paths, out_path) -> int:
+    """Write every record `load(paths)` finds into one `runs.jsonl`-style file (through a
+    temporary file and a rename); returns how many."""
+    out_path = Path(out_path)
+    records = load(paths).records
+    tmp = out_path.with_name(f".{out_path.name}.export.tmp")
+    try:
+        with open(tmp, "w") as f:
+            f.writelines(json.dumps(r, default=str) + "\n" for r in records)
+        tmp.replace(out_path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+    return len(records)

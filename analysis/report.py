@@ -21,12 +21,12 @@ from .records import load
 
 def build(results: Path, out: Path, reference_csv: Path = reference.DEFAULT_CSV) -> Path:
     out.mkdir(parents=True, exist_ok=True)
-    loaded = load(sorted(results.glob("*.jsonl")))
+    loaded = load([results])
     setups = {**tables.ours(loaded.records), **reference.load(reference_csv)}
     facts = _intensities({s.model for s in setups})
 
     md = ["# ddlbench report", "",
-          f"Run records: `{results}/*.jsonl` ({len(loaded.records)} records, "
+          f"Run records: `{results}/records/` and `{results}/*.jsonl` ({len(loaded.records)} records, "
           f"{sum(r.get('status') == 'ok' for r in loaded.records)} ok). Published: Shi et al., IEEE Network 2020, "
           "Figure 4 (`results/reference/`).", ""]
     if loaded.problems:

@@ -1,7 +1,10 @@
 """The table printed at the end of `make reproduce`: samples/s ± std per method and worker
 count, with speedup over one worker where a one-worker run of the same setup is recorded.
 
-    python -m ddlbench.analysis.summary [results_dir_or_jsonl ...]
+    python -m ddlbench.analysis.summary [results_dir_or_jsonl ...] [--export runs.jsonl]
+
+`--export PATH` also writes every record read (a results directory's `records/` merged with its
+`*.jsonl`) into one `runs.jsonl`-style file, for tools that read that (`make summary EXPORT=PATH`).
 
 Cells never mix models, batches, engines, backends or devices: each setup is its own table
 (see `tables`); several ok records of one configuration combine over all their repeats. Cells
@@ -10,11 +13,12 @@ carry the tables' noise marks (tables.LEGEND).
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from ddlbench import metrics
 
 from . import tables
-from .records import load
+from .records import export, load
 
 
 def render(records: list[dict]) -> str:
@@ -44,8 +48,22 @@ def render(records: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    paths = (sys.argv[1:] if argv is None else argv) or ["results"]
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m ddlbench.analysis.summary")
+    parser.add_argument("paths", nargs="*", default=["results"], help="results directories or .jsonl files")
+    parser.add_argument("--export", metavar="PATH", help="also write the merged records to PATH (JSON lines)")
+    a = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    paths = a.paths
     loaded = load(paths)
+    if a.export:
+        out = Path(a.export).resolve()
+        if any(Path(p).resolve() in (out, out.parent) for p in paths):
+            # a .jsonl in a directory read would be read again next time, beside the records it copies
+            print(f"summary: error: --export {a.export} is inside the results read; accepted: a path elsewhere",
+                  file=sys.stderr)
+            return 2
+        print(f"{export(paths, out)} records exported to {a.export}", file=sys.stderr)
     for p in loaded.problems:
         print(p, file=sys.stderr)
     print(render(loaded.records))

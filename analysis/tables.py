@@ -5,6 +5,14 @@ figures), model, local batch and network (for our runs: device/backend, plus the
 is not torch). Cells never mix setups. Several ok records of one configuration combine as the
 mean ± std over all their repeats (each record's `samples_per_sec_per_repeat`).
 
+Records that differ in any other setting that changes performance (seed, model dimensions,
+profile, launcher topology, ...: the recorded config, hashed by record.config_hash less the
+method, the worker and server counts and the number of repeats) never share a table either: where
+one model, batch and network holds several such configurations, each gets a table of its own,
+its network labelled `cfg <hash>`. Likewise two runs of one method whose method settings
+(partition, credit, fusion sizes, transport) or server count differ are separate rows, the
+method labelled `<name> cfg <hash>`. Records without a config (older versions) group as before.
+
 Cells show how far they can be trusted (the test is `noise.TEST`): "(n=2)" where fewer than 3
 repeats stand behind the std, "(no std)" where none was published, and "≈" where no other
 method at that worker count differs from the cell beyond noise.
@@ -47,13 +55,36 @@ def network_of(rec: dict) -> str:
     return net if rec.get("engine") in (None, "torch") else f"{net}/{rec['engine']}"
 
 
+# What a table's setup hash leaves out: the table's own axes (method and workers; servers follow
+# the worker count) and how many repeats were taken (more repeats of one configuration combine).
+SETUP_DROPS = ("method", "workers", "servers", "profile.repeats")
+
+
+def _variant(hashes: dict, key, value: str | None) -> str:
+    """`cfg <hash>` where `key` (a setup or a method in one) was seen with several hashes."""
+    return f"cfg {value[:8]}" if value and len(hashes[key]) > 1 else ""
+
+
 def ours(records: list[dict]) -> dict[Setup, Cells]:
+    from ddlbench.record import config_hash
+
+    ok = [r for r in records if r.get("status") == "ok" and r.get("samples_per_sec") is not None]
+    setup_hash = [config_hash(r.get("config"), SETUP_DROPS) for r in ok]
+    # the method's own settings and its server count: one method's variants within a setup
+    method_hash = [config_hash({"method": (r.get("config") or {}).get("method"), "servers": r.get("servers")})
+                   if r.get("config") else None for r in ok]
+    by_setup, by_method = defaultdict(set), defaultdict(set)
+    for r, sh, mh in zip(ok, setup_hash, method_hash):
+        base = (r["model"], r["local_batch"], network_of(r))
+        by_setup[base].add(sh)
+        by_method[base + (sh, r["method"])].add(mh)
     samples: dict = defaultdict(lambda: defaultdict(list))
-    for r in records:
-        if r.get("status") != "ok" or r.get("samples_per_sec") is None:
-            continue
-        setup = Setup("ours", r["model"], r["local_batch"], network_of(r))
-        samples[setup][(r["method"], r["workers"])].extend(r.get("samples_per_sec_per_repeat") or [r["samples_per_sec"]])
+    for r, sh, mh in zip(ok, setup_hash, method_hash):
+        base = (r["model"], r["local_batch"], network_of(r))
+        network = " ".join(filter(None, [base[2], _variant(by_setup, base, sh)]))
+        method = " ".join(filter(None, [r["method"], _variant(by_method, base + (sh, r["method"]), mh)]))
+        setup = Setup("ours", r["model"], r["local_batch"], network)
+        samples[setup][(method, r["workers"])].extend(r.get("samples_per_sec_per_repeat") or [r["samples_per_sec"]])
     return {s: {k: cell_of(v) for k, v in c.items()} for s, c in samples.items()}
 
 

@@ -189,10 +189,13 @@ def resolve(cfg: DictConfig) -> DictConfig:
         if cfg.local_batch is None:
             cfg.local_batch = cfg.profile.local_batch if cfg.profile.local_batch is not None else cfg.model.local_batch
         _int(cfg, "local_batch", 1)
-        for key in ("comm_timeout_s", "startup_timeout_s"):
-            value = cfg[key]
-            if isinstance(value, bool) or not (isinstance(value, (int, float)) and value > 0):
-                raise ConfigError(f"{key}={value!r} is invalid; accepted: seconds > 0")
+        _int(cfg, "seed", 0)
+        for key in ("comm_timeout_s", "startup_timeout_s", "launcher.stall_timeout_s"):
+            _seconds(cfg, key)
+        threads = cfg.launcher.get("threads_per_worker", "auto")
+        if threads != "auto":
+            _int(cfg, "launcher.threads_per_worker", 1)
+        _check_results_dir(cfg)
         _check_method(cfg)
         _check_engine(cfg)
         _check_placement(cfg)
@@ -203,6 +206,46 @@ def resolve(cfg: DictConfig) -> DictConfig:
 
             executable(cfg)  # an MPI is installed
     return cfg
+
+
+def _seconds(cfg, key: str) -> None:
+    """A duration setting, where the config has it: a finite number of seconds > 0."""
+    value = OmegaConf.select(cfg, key, default=None)
+    if value is None and key.startswith("launcher."):
+        return  # this launcher has no such setting
+    if isinstance(value, bool) or not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+        raise ConfigError(f"{key}={value!r} is invalid; accepted: seconds > 0 (a finite number)")
+
+
+# `%` starts a Slurm filename pattern (%j, %N, ...) and whitespace splits a path in the batch
+# script's lines, so neither may appear in the paths a Slurm job is given.
+SLURM_PATH_UNSAFE = re.compile(r"[%\s]")
+
+
+def _check_results_dir(cfg) -> None:
+    """`results_dir` is a directory this user can write, or can be created: said now, not when
+    the first record is due. Nothing is created or changed here (shared directories keep their
+    owner and mode)."""
+    given = cfg.results_dir
+    if not isinstance(given, str) or not given.strip():
+        raise ConfigError(f"results_dir={given!r} is invalid; accepted: a directory path")
+    path = Path(given).expanduser().absolute()
+    if cfg.launcher.name == "slurm" and SLURM_PATH_UNSAFE.search(str(path)):
+        raise ConfigError(f"results_dir={given!r} ({path}) has a space or '%', which Slurm's batch scripts and "
+                          f"filename patterns break on; accepted on launcher=slurm: a path without spaces or '%'")
+    for d in (path / "records", path, *path.parents):  # the deepest that exists must take new entries
+        if not d.exists() and not d.is_symlink():
+            continue
+        if not d.is_dir():
+            raise ConfigError(f"results_dir={given!r} is unusable: {d} exists and is not a directory; "
+                              f"accepted: a directory path")
+        if not os.access(d, os.W_OK | os.X_OK):
+            where = f"{d} is" if d in (path, path / "records") else f"would be created under {d}, which is"
+            raise ConfigError(f"results_dir={given!r} is unusable: {where} not writable by this user; "
+                              f"accepted: a directory you can write (or create)")
+        if d != path / "records":
+            return
+        # records/ exists and is writable: results_dir itself must still be a usable directory
 
 
 def default_device(launcher: str) -> str:

@@ -1,20 +1,33 @@
-"""Run records: one JSON object per run in `<results>/runs.jsonl`, appended atomically.
+"""Run records: one JSON file per run under `<results>/records/`, written whole and then renamed.
 
-The record is the source of truth; tables and figures are views of it. Appending rewrites the
-file through a temporary copy and `os.replace` under an exclusive lock, so a reader (or a crash
-at any moment) sees either the old file or the old file plus one whole new line.
+The record is the source of truth; tables and figures are views of it. `write` needs no lock, so
+it holds on filesystems whose locks do not span nodes (Lustre `localflock`, NFSv3 `nolock`,
+BeeGFS): every writer creates a file of its own, under a temporary name (host, pid, random) that
+it renames into place, so a reader (or a crash at any moment) sees the whole record or none, and
+the cost of a write does not grow with the number of runs. Readers (`analysis.records.load`)
+merge these files with any `runs.jsonl` earlier versions appended to.
+
+`append` (one file, rewritten under `flock`) stays for commbench's rows, which one process writes.
 """
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import fcntl
 import functools
+import hashlib
 import importlib.metadata
 import json
 import os
 import platform
+import re
+import secrets
+import socket
 import subprocess
 from pathlib import Path
+
+RECORDS_DIR = "records"   # <results>/records/<written>-<host>-<pid>-<random>.json, one run each
+LEGACY_FILE = "runs.jsonl"  # what earlier versions appended to; still read
 
 # Environment knobs that change what a run measures: recorded in every run (STYLE: Horovod).
 KNOB_PREFIXES = ("NCCL_", "GLOO_", "HOROVOD_", "UCX_", "OMPI_MCA_", "TORCH_DISTRIBUTED_", "TORCH_NCCL_", "DDLBENCH_")
@@ -25,8 +38,53 @@ FIELDS = (
     "method", "model", "workers", "servers", "engine", "backend", "device", "local_batch",
     "warmup_iters", "measured_iters", "repeats", "iter_times_s", "samples_per_sec", "samples_per_sec_std",
     "param_fingerprint", "groups", "trace", "config", "versions", "git_commit", "hosts", "started_at",
-    "status", "error",
+    "status", "error", "config_hash",
 )
+
+
+class RecordError(OSError):
+    """A record could not be written; the message is one line saying where and why."""
+
+
+def records_dir(results_dir) -> Path:
+    return Path(results_dir) / RECORDS_DIR
+
+
+def write(results_dir, rec: dict) -> Path:
+    """Write one run's record as its own file under `<results_dir>/records/` and return its path.
+
+    The bytes go to a hidden temporary name unique to this host, process and call, are flushed
+    to disk, and the file is then renamed to its final (equally unique) name: no lock, no other
+    writer's file touched. Directories are created with the caller's umask and never chmod-ed, so
+    a shared results directory keeps its owner's mode. On any error (a full disk, a read-only or
+    foreign directory) the temporary file is removed and RecordError says so in one line."""
+    folder = records_dir(results_dir)
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%f")  # names sort as written
+    host = re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname()) or "host"
+    name = f"{stamp}-{host}-{os.getpid()}-{secrets.token_hex(4)}"
+    final, tmp = folder / f"{name}.json", folder / f".{name}.json.tmp"
+    data = (json.dumps(rec, default=str) + "\n").encode()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, final)
+    except OSError as exc:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        why = exc.strerror or str(exc)
+        code = f" ({errno.errorcode.get(exc.errno, exc.errno)})" if exc.errno else ""
+        raise RecordError(f"run record not written to {folder}: {why}{code}; "
+                          f"free space or fix permissions there, then run again") from None
+    return final
 
 
 def append(path: Path, *records: dict) -> None:
@@ -88,8 +146,36 @@ def now_iso() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def config_key(rec: dict) -> tuple:
-    """What makes two runs the same configuration (for resuming sweeps and grouping)."""
-    return (rec.get("method"), rec.get("model"), rec.get("workers"), rec.get("servers"), rec.get("engine"),
-            rec.get("backend"), rec.get("device"), rec.get("local_batch"), rec.get("warmup_iters"),
-            rec.get("measured_iters"), rec.get("repeats"))
+# Settings of the resolved config that do not change what a run measures: where its outputs
+# go and what it keeps (results_dir, trace files, params.pt), whether it runs at all
+# (skip_recorded, launcher.dry_run), how long anyone waits before calling it failed (timeouts,
+# launcher.wait, the job's time limit) and whom the cluster bills. Every other setting (method,
+# partition, credit and fusion sizes, transport, seed, engine, launcher topology, model
+# dimensions, profile, device, backend, ...) is part of the configuration.
+UNMEASURED = ("results_dir", "trace", "save_params", "skip_recorded", "comm_timeout_s", "startup_timeout_s",
+              "hydra", "launcher.wait", "launcher.dry_run", "launcher.stall_timeout_s", "launcher.time_min",
+              "launcher.account", "launcher.qos")
+
+
+def config_hash(config: dict | None, drop: tuple[str, ...] = ()) -> str | None:
+    """A digest of the whole resolved configuration (the record's `config`) less UNMEASURED and
+    `drop` (dotted keys): two runs with the same hash measured the same thing. None without a
+    config (records from before configs were recorded)."""
+    if not config:
+        return None
+    config = json.loads(json.dumps(config, default=str))  # a deep copy, with every value as recorded
+    for dotted in UNMEASURED + tuple(drop):
+        *parents, leaf = dotted.split(".")
+        node = config
+        for key in parents:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(leaf, None)
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def config_key(rec: dict):
+    """What makes two runs the same configuration (resuming sweeps, Slurm job names): the record's
+    `config_hash`, or for records written before it existed, the hash of their recorded config."""
+    return rec.get("config_hash") or config_hash(rec.get("config"))

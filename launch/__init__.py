@@ -1,7 +1,7 @@
 """Launchers start the workers (and servers) of one run; measurement lives in the workers.
 
-`run(cfg)` prepares the run directory, starts the configured launcher, and appends the run
-record, ok or failed, to `<results_dir>/runs.jsonl`.
+`run(cfg)` prepares the run directory, starts the configured launcher, and writes the run
+record, ok or failed, as a file of its own under `<results_dir>/records/` (ddlbench.record.write).
 
 Repeats (`profile.repeat_mode`): `process` runs all R repeats in one launch, one after the other
 in the same processes; `launch` starts the run R times with one repeat each, one after another,
@@ -36,11 +36,19 @@ def worker_command(run_dir: Path) -> list[str]:
 
 def run(cfg) -> dict:
     results = Path(cfg.results_dir)
-    runs_file = results / "runs.jsonl"
     rec = base_record(cfg)
-    if cfg.skip_recorded and already_recorded(runs_file, rec):
-        print(f"[ddlbench] skipped: an ok record of {cfg.method.name} {cfg.model.name} x{cfg.workers} exists in {runs_file}")
-        return {**rec, "status": "skipped"}
+    if cfg.skip_recorded:
+        from .slurm import QueueUnreadable
+
+        try:
+            skip = skip_reason(cfg, rec, results)
+        except QueueUnreadable as exc:  # submitting now could run a queued job twice
+            print(f"ddlbench: error: {exc}", file=sys.stderr, flush=True)
+            return {**rec, "status": "failed", "error": str(exc)}
+        if skip:
+            why, extra = skip
+            print(f"[ddlbench] skipped: {why}", flush=True)
+            return {**rec, **extra, "status": "skipped"}
     stamp = rec["started_at"].replace(":", "").replace("-", "")[:15]
     run_dir = results / "runs" / f"{stamp}-{cfg.method.name}-{cfg.model.name}-w{cfg.workers}-{uuid.uuid4().hex[:6]}"
     rec["run_dir"] = str(run_dir)
@@ -52,7 +60,7 @@ def run(cfg) -> dict:
             return {**rec, "status": "dry-run"}
         _prepare(cfg, run_dir)
         rec["env"] = record.env_knobs(run_env(cfg, local_procs=max(slurm.plan(cfg))))
-        return slurm.submit(cfg, rec, run_dir, runs_file)
+        return slurm.submit(cfg, rec, run_dir, results)
     _prepare(cfg, run_dir)
     env = run_env(cfg)
     rec["env"] = record.env_knobs(env)
@@ -60,7 +68,7 @@ def run(cfg) -> dict:
     from . import local
 
     rc, reason = run_launches(cfg, run_dir, lambda k, d: local.start(cfg, d, env, command(cfg, d, env)))
-    finish(cfg, rec, run_dir, rc, reason, runs_file)
+    finish(cfg, rec, run_dir, rc, reason, results)
     return rec
 
 
@@ -122,8 +130,11 @@ def command(cfg, run_dir: Path, env: dict) -> list[str]:
 LAUNCHERS = {"local": "local", "mpirun": "mpirun", "horovodrun": "horovodrun"}
 
 
-def finish(cfg, rec: dict, run_dir: Path, rc: int, reason: str | None, runs_file: Path) -> None:
-    """Turn what the ranks left in the run's launch directories into the run record and append it."""
+def finish(cfg, rec: dict, run_dir: Path, rc: int, reason: str | None, results_dir: Path) -> None:
+    """Turn what the ranks left in the run's launch directories into the run record and write it
+    under `results_dir` (every record, ok or failed, from any launcher, goes through record.write).
+    A record that cannot be written (disk full) is said in one line and fails the run; the
+    measurements stay in the run directory."""
     files = [d / "result.json" for d in launch_dirs(cfg, run_dir)]
     missing = [f for f in files if not f.exists()]
     if rc == 0 and not missing:
@@ -133,8 +144,13 @@ def finish(cfg, rec: dict, run_dir: Path, rc: int, reason: str | None, runs_file
         if reason is None and missing:
             reason = f"no result was written in {missing[0].parent}"
         rec.update(status="failed", error=reason or "no result was written", hosts=[os.uname().nodename])
-    record.append(runs_file, rec)
-    _say(rec, runs_file)
+    try:
+        where = record.write(results_dir, rec)
+    except record.RecordError as exc:
+        print(f"ddlbench: error: {exc} (the run's outputs stay in {run_dir})", file=sys.stderr, flush=True)
+        rec.update(status="failed", error=str(exc))
+        return
+    _say(rec, where)
 
 
 def merge_launches(cfg, results: list[dict], dirs: list[Path]) -> dict:
@@ -167,19 +183,40 @@ def base_record(cfg) -> dict:
         config=OmegaConf.to_container(cfg, resolve=True), versions=record.versions(),
         git_commit=record.git_commit(), started_at=record.now_iso(), launcher=cfg.launcher.name,
     )
+    rec["config_hash"] = record.config_hash(rec["config"])
     return rec
 
 
-def already_recorded(runs_file: Path, rec: dict) -> bool:
+def skip_reason(cfg, rec: dict, results: Path) -> tuple[str, dict] | None:
+    """Why `skip_recorded` skips this run (and fields for the returned record), or None to run it.
+    The queue is asked before the records: a job writes its record before it leaves the queue,
+    so a job that ends between the two looks is found by the second, never missed by both (and
+    run twice). slurm.QueueUnreadable where the queue cannot be read."""
+    label = f"{cfg.method.name} {cfg.model.name} x{cfg.workers}"
+    if cfg.launcher.name == "slurm" and not cfg.launcher.dry_run:
+        from . import slurm
+
+        queued = slurm.queued_job(slurm.job_name(cfg, rec))
+        if queued:
+            return f"{label} is already queued as Slurm job {queued}", {"job_id": queued}
+    if already_recorded(results, rec):
+        return f"an ok record of {label} (config {rec['config_hash']}) exists in {results}", {}
+    return None
+
+
+def already_recorded(results: Path, rec: dict) -> bool:
+    """An ok record of the same configuration (record.config_key: the whole resolved config less
+    output paths and switches) is among the results' records."""
     from ddlbench.analysis.records import load
 
     key = record.config_key(rec)
-    return any(r.get("status") == "ok" and record.config_key(r) == key for r in load([runs_file]).records)
+    return key is not None and any(r.get("status") == "ok" and record.config_key(r) == key
+                                   for r in load([results]).records)
 
 
-def _say(rec: dict, runs_file: Path) -> None:
+def _say(rec: dict, where: Path) -> None:
     if rec["status"] == "ok":
         print(f"[ddlbench] ok: {rec['method']} {rec['model']} x{rec['workers']}: "
-              f"{rec['samples_per_sec']:.2f} ± {rec['samples_per_sec_std']:.2f} samples/s -> {runs_file}", flush=True)
+              f"{rec['samples_per_sec']:.2f} ± {rec['samples_per_sec_std']:.2f} samples/s -> {where}", flush=True)
     else:
-        print(f"[ddlbench] FAILED: {rec['method']} {rec['model']} x{rec['workers']}: {rec['error']} -> {runs_file}", flush=True)
+        print(f"[ddlbench] FAILED: {rec['method']} {rec['model']} x{rec['workers']}: {rec['error']} -> {where}", flush=True)

@@ -33,6 +33,9 @@ from pathlib import Path
 from ddlbench.config import ConfigError
 
 POLL_S = 2.0
+# No job spans more nodes than this (the largest machines have ~10,000): a bound checked before any
+# per-node list is built, where sinfo cannot say how many nodes the partition has.
+MAX_NODES = 16384
 
 
 def workers_per_node(cfg) -> int:
@@ -48,6 +51,15 @@ def node_procs(workers: int, servers: int, per_node: int, servers_per_node: int 
     elif servers:
         counts[-1] += servers
     return counts
+
+
+def nodes_needed(cfg) -> int:
+    """len(plan(cfg)), by arithmetic: a bound to check before any per-node list exists."""
+    L = cfg.launcher
+    nodes = math.ceil(cfg.workers / workers_per_node(cfg))
+    if cfg.servers and bool(L.servers_on_own_nodes):
+        nodes += math.ceil(cfg.servers / int(L.servers_per_node))
+    return nodes
 
 
 def plan(cfg) -> list[int]:
@@ -69,6 +81,11 @@ def check(cfg) -> None:
         v = L[key]
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ConfigError(f"launcher.{key}={v!r} is invalid; accepted: an integer >= 1")
+    need = nodes_needed(cfg)
+    if need > MAX_NODES:
+        raise ConfigError(f"workers={cfg.workers} + servers={cfg.servers} need {need} nodes; accepted: at most "
+                          f"{MAX_NODES} nodes ({MAX_NODES * workers_per_node(cfg)} workers at "
+                          f"launcher.workers_per_node={workers_per_node(cfg)})")
     if not L.partition:
         parts = partitions()
         accepted = ", ".join(parts) if parts else "a partition of your cluster (sinfo -s)"
@@ -90,7 +107,6 @@ def check(cfg) -> None:
             raise ConfigError(f"launcher.workers_per_node={workers_per_node(cfg)} GPUs per node, but the nodes of "
                               f"partition {L.partition!r} offer at most {offered}; accepted: 1..{offered}")
     nodes = nodes_in(L.partition)
-    need = len(plan(cfg))
     if nodes is not None and need > nodes:
         raise ConfigError(f"workers={cfg.workers} + servers={cfg.servers} need {need} nodes of partition "
                           f"{L.partition!r}, which has {nodes}; accepted: at most {nodes} nodes")
@@ -162,20 +178,48 @@ def executor(cfg, run_dir: Path, name: str, script_only: bool = False):
 
 
 def job_name(cfg, rec: dict) -> str:
-    """Names the configuration (a digest of its record's key), so a resumed sweep can tell
-    which runs are still queued."""
-    import hashlib
-
+    """Names the configuration by the record's `config_hash` (record.config_key, the key
+    skip_recorded uses), so a resumed sweep can tell which runs are still queued."""
     from ddlbench import record
 
-    digest = hashlib.sha1(repr(record.config_key(rec)).encode()).hexdigest()[:8]
-    return f"ddlbench-{cfg.method.name}-{cfg.model.name}-w{cfg.workers}-{digest}"
+    return f"ddlbench-{cfg.method.name}-{cfg.model.name}-w{cfg.workers}-{record.config_key(rec)}"
+
+
+# squeue is asked again after a failure (a busy or restarting slurmctld answers with an error or
+# not at all), waiting SQUEUE_BACKOFF_S, then twice as long, ..., SQUEUE_TRIES times in all.
+SQUEUE_TRIES = 5
+SQUEUE_BACKOFF_S = 2.0
+
+
+class QueueUnreadable(RuntimeError):
+    """squeue failed every try: whether the job is queued is unknown."""
+
+
+def squeue(*args: str) -> str | None:
+    """squeue's output once it answers; None where it answers that the job id is unknown (a job
+    that left the queue some time ago). Only a successful answer is read: an error or a timeout
+    is asked again, and QueueUnreadable ends the tries."""
+    why = ""
+    for attempt in range(SQUEUE_TRIES):
+        if attempt:
+            time.sleep(SQUEUE_BACKOFF_S * 2 ** (attempt - 1))
+        try:
+            out = subprocess.run(["squeue", "-h", *args], capture_output=True, text=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            why = str(exc)
+            continue
+        if out.returncode == 0:
+            return out.stdout
+        if "invalid job id" in out.stderr.lower():
+            return None
+        why = f"exit {out.returncode}: {' '.join(out.stderr.split())[:200]}"
+    raise QueueUnreadable(f"squeue {' '.join(args)} failed {SQUEUE_TRIES} times ({why}); accepted: a "
+                          f"working squeue (the queue must be read before anything is submitted or recorded)")
 
 
 def queued_job(name: str) -> str | None:
     """The id of this user's pending or running job of that name, if any."""
-    out = subprocess.run(["squeue", "-h", "--me", "-n", name, "-o", "%i"], capture_output=True, text=True, timeout=60)
-    ids = out.stdout.split()
+    ids = (squeue("--me", "-n", name, "-o", "%i") or "").split()
     return ids[0] if ids else None
 
 
@@ -211,27 +255,28 @@ def rendezvous_port(job_id: str, launch: int) -> int:
     return 20000 + int(str(job_id).split("_")[0]) % 2000 * 20 + launch % 20
 
 
-def submit(cfg, rec: dict, run_dir: Path, runs_file: Path) -> dict:
+def submit(cfg, rec: dict, run_dir: Path, results: Path) -> dict:
+    """Submit the run's job (skip_recorded has asked the queue already: launch.skip_reason)."""
+    from ddlbench import record
+
     name = job_name(cfg, rec)
-    if cfg.skip_recorded:
-        queued = queued_job(name)
-        if queued:
-            print(f"[ddlbench] skipped: {cfg.method.name} {cfg.model.name} x{cfg.workers} is already queued "
-                  f"as Slurm job {queued}", flush=True)
-            shutil.rmtree(run_dir, ignore_errors=True)
-            return {**rec, "status": "skipped", "job_id": queued}
     ex = executor(cfg, run_dir, name)
     job = ex.submit(node_main, str(run_dir), rec)
     label = f"{cfg.method.name} {cfg.model.name} x{cfg.workers}"
     print(f"[ddlbench] submitted {label} as Slurm job {job.job_id} ({len(plan(cfg))} node(s)); "
-          f"logs in {run_dir / 'slurm'}; the record lands in {runs_file}", flush=True)
+          f"logs in {run_dir / 'slurm'}; the record lands in {record.records_dir(results)}", flush=True)
     if not cfg.launcher.wait:
         return {**rec, "status": "submitted", "job_id": job.job_id}
     state = None
     try:
         while True:
-            now = queue_state(job.job_id)
-            if now is None:  # left the queue
+            try:
+                now = queue_state(job.job_id)
+            except QueueUnreadable as exc:  # the job may well be running: it records itself
+                print(f"[ddlbench] stopped following Slurm job {job.job_id}: {exc}; the job writes its record "
+                      f"when it ends", flush=True)
+                return {**rec, "status": "submitted", "job_id": job.job_id}
+            if now is None:  # left the queue (squeue said so)
                 break
             if now != state:
                 state = now
@@ -239,16 +284,16 @@ def submit(cfg, rec: dict, run_dir: Path, runs_file: Path) -> dict:
             time.sleep(POLL_S)
     except KeyboardInterrupt:
         subprocess.run(["scancel", str(job.job_id)], capture_output=True)
-        return _record_unless_written(cfg, rec, run_dir, runs_file,
+        return _record_unless_written(cfg, rec, run_dir, results,
                                       lambda: f"interrupted (Ctrl-C); Slurm job {job.job_id} cancelled")
-    return _record_unless_written(cfg, rec, run_dir, runs_file,
+    return _record_unless_written(cfg, rec, run_dir, results,
                                   lambda: f"Slurm job {job.job_id} ended ({final_state(job.job_id)}) before the run was recorded")
 
 
 def queue_state(job_id: str) -> str | None:
-    """The job's state while it is in the queue (squeue needs no accounting); None once gone."""
-    out = subprocess.run(["squeue", "-h", "-j", str(job_id), "-o", "%T"], capture_output=True, text=True, timeout=60)
-    state = out.stdout.strip()
+    """The job's state while it is in the queue (squeue needs no accounting); None once squeue
+    answers that it is gone. QueueUnreadable where squeue keeps failing."""
+    state = (squeue("-j", str(job_id), "-o", "%T") or "").strip()
     return state or None
 
 
@@ -262,19 +307,19 @@ def final_state(job_id: str) -> str:
     return (out.stdout.split() or ["state unknown: no accounting"])[0]
 
 
-def _record_unless_written(cfg, rec: dict, run_dir: Path, runs_file: Path, reason) -> dict:
+def _record_unless_written(cfg, rec: dict, run_dir: Path, results: Path, reason) -> dict:
     """The job's own record, or a failed one saying why there is none (`reason()`)."""
     from ddlbench.analysis.records import load
 
     from . import _say, finish
 
-    for r in load([runs_file]).records:
+    for r in load([results]).records:
         if r.get("run_dir") == str(run_dir):
-            _say(r, runs_file)
+            _say(r, results)
             return r
     tail = _log_tail(run_dir)
     rec = dict(rec)
-    finish(cfg, rec, run_dir, 1, reason() + (f": {tail}" if tail else ""), runs_file)
+    finish(cfg, rec, run_dir, 1, reason() + (f": {tail}" if tail else ""), results)
     return rec
 
 
@@ -324,7 +369,9 @@ def node_main(run_dir: str, rec: dict) -> int:
     rc, reason = run_launches(cfg, run_dir, start)
     if node == 0:
         rec = dict(rec, job_id=job.job_id, hosts=job.hostnames)
-        finish(cfg, rec, run_dir, rc, reason, Path(cfg.results_dir) / "runs.jsonl")
+        finish(cfg, rec, run_dir, rc, reason, Path(cfg.results_dir))
+        if rec["status"] != "ok" and rc == 0:  # the record could not be written (a full disk): the job failed
+            rc, reason = 1, rec["error"]
     if rc != 0:
         raise RuntimeError(reason or f"node {node}: ranks exited with {rc}")
     return rc

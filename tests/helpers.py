@@ -1,7 +1,6 @@
 """Helpers shared by the multi-process tests: run the CLI, read its records."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -30,8 +29,11 @@ def _env() -> dict:
 
 
 def records(results: Path) -> list[dict]:
-    path = Path(results) / "runs.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    """Every record under the results directory (records/*.json merged with any runs.jsonl), as
+    the summary reads them, in the order written."""
+    from ddlbench.analysis.records import load
+
+    return load([results]).records
 
 
 def reference_parameters(run_dir: Path) -> dict[str, torch.Tensor]:

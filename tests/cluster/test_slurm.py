@@ -109,7 +109,7 @@ def test_bad_cluster_settings_fail_before_submitting(cluster, tmp_path):
     assert "offer no GPUs" in error("launcher.partition=debug")  # the default on Slurm: the GPUs
     assert "offer no GPUs" in error("launcher.partition=debug", "device=cuda")
     assert "unknown engine 'mxnet'" in error("launcher.partition=debug", "engine=mxnet")
-    assert not (tmp_path / "runs.jsonl").exists()
+    assert not records(tmp_path)
     out = subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout
     assert not out.strip(), "nothing was submitted"
 

@@ -28,7 +28,7 @@ def test_mpirun_runs_workers_and_a_server_losslessly(tmp_path):
 
 def test_mpirun_without_an_mpi_is_a_clear_error(tmp_path):
     proc = ddlbench("method=bsp-a2a", "launcher=mpirun", "launcher.command=no-such-mpiexec", results=tmp_path)
-    assert proc.returncode == 2 and not (tmp_path / "runs.jsonl").exists()
+    assert proc.returncode == 2 and not records(tmp_path)
     assert proc.stderr.strip().splitlines() == [
         "ddlbench: error: launcher=mpirun: 'no-such-mpiexec' is not on PATH; accepted: an MPI's mpiexec or mpirun "
         "(pip install mpich, or your cluster's MPI module)"]

@@ -43,7 +43,7 @@ def test_make_reproduce_rejects_a_bad_method_before_running_anything(tmp_path):
                            "-o", f"{REPO}/.venv/.installed"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     assert "unknown method 'nope'" in proc.stderr
-    assert not Path(tmp_path, "runs.jsonl").exists()
+    assert not records(tmp_path)
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,7 @@ def launched(tmp_path_factory) -> dict:
     results = tmp_path_factory.mktemp("launched")
     ddlbench("method=bytescheduler-a2a", "model=tiny-resnet", "workers=2", "local_batch=4", "profile.warmup_iters=1",
              "profile.measured_iters=2", "profile.repeats=2", "profile.repeat_mode=launch", "trace=true",
-             "save_params=true", "method.partition_bytes=4096", "method.credit_bytes=16384", results=results, check=True)
+             "save_params=true", "method.partition_params=1024", "method.credit_params=4096", results=results, check=True)
     (rec,) = records(results)
     return rec
 

@@ -1,4 +1,6 @@
 """Every config composes and resolves; bad values fail in one line naming value and choices."""
+import os
+import subprocess
 import sys
 
 import pytest
@@ -116,3 +118,94 @@ def test_engine_settings_are_checked_before_anything_starts(monkeypatch):
     monkeypatch.setitem(sys.modules, "horovod", None)
     monkeypatch.setitem(sys.modules, "horovod.torch", None)
     assert "make horovod" in bad("engine=horovod", "launcher=horovodrun", "method=wfbp-a2a")
+
+
+@pytest.mark.parametrize("override, words", [
+    ("seed=-1", ["seed=-1", "integer >= 0"]),
+    ("seed=abc", ["seed='abc'", "integer >= 0"]),
+    ("seed=1.5", ["seed=1.5", "integer >= 0"]),
+    ("comm_timeout_s=abc", ["comm_timeout_s='abc'", "seconds > 0"]),
+    ("comm_timeout_s=0", ["comm_timeout_s=0", "seconds > 0"]),
+    ("comm_timeout_s=inf", ["comm_timeout_s=inf", "finite"]),
+    ("launcher.threads_per_worker=0", ["launcher.threads_per_worker=0", "integer >= 1"]),
+    ("launcher.threads_per_worker=many", ["launcher.threads_per_worker='many'", "integer >= 1"]),
+    ("method=bytescheduler-ps method.credit_params=abc", ["credit_params='abc'", "integer >= 1"]),
+    ("method=bytescheduler-ps method.partition_params=0", ["partition_params=0", "integer >= 1"]),
+    ("method=bsp-ps method.partition_bytes=-1", ["partition_bytes=-1", "integer >= 1"]),
+])
+def test_numbers_are_checked_before_anything_starts(override, words):
+    test_bad_values_are_one_line_errors(override, words)
+
+
+SLURM = ["launcher=slurm", "launcher.partition=gpu", "launcher.dry_run=true"]
+
+
+@pytest.mark.parametrize("override, words", [
+    ("launcher.stall_timeout_s=-1", ["launcher.stall_timeout_s=-1", "seconds > 0"]),
+    ("launcher.stall_timeout_s=soon", ["launcher.stall_timeout_s='soon'", "seconds > 0"]),
+    ("workers=1000000000", ["workers=1000000000", "250000000 nodes", "at most 16384 nodes"]),
+    ("method=bsp-ps workers=4 servers=100000", ["servers=100000", "at most 16384 nodes"]),
+])
+def test_slurm_numbers_are_checked_before_anything_is_built(override, words):
+    with pytest.raises(ConfigError) as err:
+        preflight(SLURM + override.split())
+    assert "\n" not in str(err.value) and all(w in str(err.value) for w in words)
+
+
+def test_workers_1e9_on_slurm_fails_without_building_a_node_list(monkeypatch):
+    from ddlbench.launch import slurm
+
+    monkeypatch.setattr(slurm, "node_procs", lambda *a, **k: pytest.fail("a per-node list was built"))
+    with pytest.raises(ConfigError, match="at most 16384 nodes"):
+        config.resolve(config._compose(SLURM + ["workers=1000000000"]))
+
+
+@pytest.mark.parametrize("name", ["with space", "per%cent", "job_%j"])
+def test_slurm_paths_with_spaces_or_percent_are_refused(tmp_path, name):
+    with pytest.raises(ConfigError) as err:
+        preflight(SLURM + [f"results_dir={tmp_path / name}"])
+    msg = str(err.value)
+    assert "\n" not in msg and name in msg and "without spaces or '%'" in msg
+    assert config.resolve(config._compose([f"results_dir={tmp_path / name}"]))  # fine for the local launcher
+
+
+def test_a_results_dir_that_is_a_file_or_under_one_is_refused(tmp_path):
+    (tmp_path / "file").write_text("x")
+    for bad in (tmp_path / "file", tmp_path / "file" / "sub"):
+        with pytest.raises(ConfigError) as err:
+            preflight([f"results_dir={bad}"])
+        assert f"{tmp_path / 'file'} exists and is not a directory" in str(err.value)
+        assert "accepted: a directory path" in str(err.value)
+    (tmp_path / "res").mkdir()
+    (tmp_path / "res" / "records").write_text("x")
+    with pytest.raises(ConfigError, match="records exists and is not a directory"):
+        preflight([f"results_dir={tmp_path / 'res'}"])
+    assert preflight([f"results_dir={tmp_path / 'new' / 'deeper'}"])  # creatable: fine, nothing created yet
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """A directory this user cannot write: chmod 555, or for root (whom modes do not stop) a
+    read-only tmpfs."""
+    d = tmp_path / "ro"
+    d.mkdir()
+    if os.geteuid() != 0:
+        d.chmod(0o555)
+        yield d
+        d.chmod(0o755)
+        return
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(d)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"root, and cannot mount a read-only tmpfs: {proc.stderr.strip()}")
+    yield d
+    subprocess.run(["umount", str(d)], check=True)
+
+
+def test_an_unwritable_results_dir_is_refused(read_only_dir):
+    for bad, where in ((read_only_dir, f"{read_only_dir} is not writable"),
+                       (read_only_dir / "a" / "b", f"would be created under {read_only_dir}, which is not writable")):
+        with pytest.raises(ConfigError) as err:
+            preflight([f"results_dir={bad}"])
+        msg = str(err.value)
+        assert "\n" not in msg and where in msg and "accepted: a directory you can write" in msg

@@ -53,7 +53,7 @@ def test_the_record_merges_every_launch_and_fails_if_one_left_no_result(tmp_path
     for d, (sps, block, host) in zip(dirs, [(100.0, 0.16, "a"), (200.0, 0.08, "b"), (150.0, 0.1, "a")]):
         (d / "result.json").write_text(json.dumps(result(sps, block, hosts=[host])))
     rec = launch.base_record(cfg)
-    launch.finish(cfg, rec, run_dir, 0, None, tmp_path / "runs.jsonl")
+    launch.finish(cfg, rec, run_dir, 0, None, tmp_path)
     (got,) = records(tmp_path)
     assert got["status"] == "ok" and got["repeat_mode"] == "launch" and got["repeats"] == 3
     assert got["samples_per_sec_per_repeat"] == [100.0, 200.0, 150.0]
@@ -63,7 +63,7 @@ def test_the_record_merges_every_launch_and_fails_if_one_left_no_result(tmp_path
     assert got["launch_dirs"] == [str(d) for d in dirs] and len(got["launches"]) == 3 and "world" not in got
 
     (dirs[2] / "result.json").unlink()
-    launch.finish(cfg, launch.base_record(cfg), run_dir, 0, None, tmp_path / "runs.jsonl")
+    launch.finish(cfg, launch.base_record(cfg), run_dir, 0, None, tmp_path)
     failed = records(tmp_path)[-1]
     assert failed["status"] == "failed" and "launch-2" in failed["error"]
 
@@ -73,7 +73,7 @@ def test_in_process_repeats_keep_the_one_result_as_it_is(tmp_path):
     run_dir = tmp_path / "run"
     launch._prepare(cfg, run_dir)
     (run_dir / "result.json").write_text(json.dumps(result(120.0, 0.1)))
-    launch.finish(cfg, launch.base_record(cfg), run_dir, 0, None, tmp_path / "runs.jsonl")
+    launch.finish(cfg, launch.base_record(cfg), run_dir, 0, None, tmp_path)
     (got,) = records(tmp_path)
     assert got["status"] == "ok" and got["repeat_mode"] == "process" and got["samples_per_sec"] == 120.0
     assert got["launch_dirs"] is None and got["launches"] is None
