@@ -160,9 +160,9 @@ def resolve(cfg: DictConfig) -> DictConfig:
     profile.distinct_batches). In place."""
     with open_dict(cfg):
         _int(cfg, "workers", 1)
-        if "workers_per_node" in cfg.launcher:  # null = every worker on one machine
-            if cfg.launcher.workers_per_node is None:
-                cfg.launcher.workers_per_node = cfg.workers
+        # null = every worker on one machine; left null in the record so that one host's runs at
+        # different worker counts stay one setup (see analysis.tables)
+        if cfg.launcher.get("workers_per_node") is not None:
             _int(cfg, "launcher.workers_per_node", 1)
         if cfg.servers == "auto":  # one per worker machine, as BytePS and the study
             cfg.servers = 0 if cfg.method.architecture != "ps" else math.ceil(cfg.workers / workers_per_node(cfg))

@@ -29,7 +29,8 @@ def test_make_reproduce_runs_the_methods_and_prints_the_table(tmp_path):
     assert all(r["config"]["seed"] == 3 for r in recs)
     table = proc.stdout
     assert "tiny-resnet, local batch 4, cpu/gloo" in table
-    assert "| mg-wfbp" in table and "x]" in table  # a speedup over the one-worker run
+    assert "| mg-wfbp" in table and "x]" in table  # a speedup over the one-worker run: one setup
+    assert " cfg " not in table
 
     # Run again: the baseline is reused, not measured twice.
     again = subprocess.run(args + ["METHOD=bsp-a2a", "-o", f"{REPO}/.venv/.installed"], cwd=REPO,

@@ -79,7 +79,7 @@ def test_nodes_are_consecutive_ranks_and_their_leaders_push(workers, per_node, n
     assert machine.pushers == [n[0] for n in nodes]
     assert machine.describe() == {"ps_topology": "per-machine", "pushers_per_key": len(nodes),
                                   "workers_per_node": per_node if workers >= per_node else workers,
-                                  "server_engine_threads": 8}
+                                  "server_engine_threads": 8, "server_schedule": False}
     assert Layout(workers, 1, "per-gpu", nodes).pushers == list(range(workers))
 
 
@@ -108,7 +108,8 @@ def test_servers_default_to_one_per_node_and_local_runs_to_one_node():
     assert resolved("method=bsp-ps", "workers=4").servers == 1
     cfg = resolved("method=bsp-ps", "workers=4", "launcher.workers_per_node=2")
     assert cfg.servers == 2 and cfg.launcher.workers_per_node == 2
-    assert resolved("method=wfbp-ps", "workers=3").launcher.workers_per_node == 3  # null = all on this machine
+    cfg = resolved("method=wfbp-ps", "workers=3")  # null = all on this machine
+    assert cfg.launcher.workers_per_node is None and config.workers_per_node(cfg) == 3 and cfg.servers == 1
     assert resolved("method=wfbp-ps", "workers=5", "launcher.workers_per_node=2").servers == 3
     cfg = resolved("method=bsp-ps")
     assert (cfg.method.ps_topology, cfg.method.server_engine_threads) == ("per-machine", 8)
