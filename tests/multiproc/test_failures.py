@@ -123,11 +123,11 @@ def test_a_killed_worker_ends_the_job_with_a_failed_record(tmp_path):
     os.kill(worker_pid(tmp_path, 1), signal.SIGKILL)
     elapsed = finish_within(proc, 60)
     assert proc.returncode != 0
-    one_failed_record(tmp_path, "worker killed", elapsed)
     lines = (tmp_path / "runs.jsonl").read_text().splitlines()
     assert lines[0] == earlier
     rec = json.loads(lines[-1])
     assert rec["status"] == "failed" and "rank(s) 1 died" in rec["error"]
+    one_failed_record(tmp_path, "worker killed", elapsed)
     assert no_worker_left(tmp_path)
 
 
