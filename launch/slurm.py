@@ -271,11 +271,12 @@ def _record_unless_written(cfg, rec: dict, run_dir: Path, runs_file: Path, reaso
 
     from . import _say, finish
 
-    # the last attempt's record, should a requeued job have left one per attempt
-    for r in reversed(load([runs_file]).records):
-        if r.get("run_dir") == str(run_dir):
-            _say(r, runs_file)
-            return r
+    # a requeued job leaves a record per attempt that got to write one: the last attempt's counts
+    mine = [r for r in load([runs_file]).records if r.get("run_dir") == str(run_dir)]
+    if mine:
+        r = max(mine, key=lambda r: r.get("slurm_attempt") or 0)
+        _say(r, runs_file)
+        return r
     tail = _log_tail(run_dir)
     rec = dict(rec)
     finish(cfg, rec, run_dir, 1, reason() + (f": {tail}" if tail else ""), runs_file)

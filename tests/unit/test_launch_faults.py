@@ -184,3 +184,15 @@ def test_commbench_timeout_kills_the_launchers_whole_process_group(tmp_path):
     while Path(f"/proc/{rank}").exists() and Path(f"/proc/{rank}/stat").read_text().split(")")[-1].split()[0] != "Z":
         assert time.monotonic() < deadline, "the job's rank outlived the timeout"
         time.sleep(0.1)
+
+
+def test_the_submitter_reports_the_last_attempts_record(tmp_path):
+    from ddlbench import launch, record
+
+    cfg = slurm_cfg(tmp_path)
+    runs = tmp_path / "results" / "runs.jsonl"
+    run_dir = tmp_path / "run"
+    mine = dict(launch.base_record(cfg), run_dir=str(run_dir))
+    ok = dict(mine, status="ok", slurm_attempt=1, samples_per_sec=1.0, samples_per_sec_std=0.0)
+    record.append(runs, ok, dict(mine, status="failed", slurm_attempt=0, error="terminated by SIGTERM"))
+    assert slurm._record_unless_written(cfg, mine, run_dir, runs, lambda: "never")["slurm_attempt"] == 1
