@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -137,12 +138,34 @@ def launch(backend: str, device: str, workers: int, spec: dict, timeout: float) 
             from ddlbench.launch.local import torchrun
 
             cmd = torchrun(workers, target)
-        proc = subprocess.run(cmd, env=env, timeout=timeout, stdout=subprocess.DEVNULL,
-                              stderr=None if sys.stderr.isatty() else subprocess.DEVNULL)
+        rc = run_job(cmd, env, timeout)
         rows = [json.loads(line) for line in Path(spec["out"]).read_text().splitlines()] if Path(spec["out"]).exists() else []
-        if proc.returncode != 0 and not rows:
-            rows = [{"error": f"{backend} x{workers} job exited with {proc.returncode}"}]
+        if rc is None:
+            rows = [{"error": f"{backend} x{workers} job timed out after {timeout:g} s (--timeout); every process "
+                              "of it was killed"}]
+        elif rc != 0 and not rows:
+            rows = [{"error": f"{backend} x{workers} job exited with {rc}"}]
         return [{**r, "env": record.env_knobs(env)} for r in rows]  # the knobs this job ran with
+
+
+def run_job(cmd: list[str], env: dict, timeout_s: float) -> int | None:
+    """Run one job (torchrun, mpiexec or horovodrun and their ranks) in a process group of its
+    own; its exit code, or None when it ran past `timeout_s`. Whatever ends the wait (the
+    timeout, Ctrl-C, an error), the whole group is killed: killing the launcher alone would
+    leave its ranks running."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, start_new_session=True,
+                            stderr=None if sys.stderr.isatty() else subprocess.DEVNULL)
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return None
+    finally:
+        if proc.returncode is None:  # not reaped yet, so its pid still names its group
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
 
 
 def main(argv=None) -> int:

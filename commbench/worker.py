@@ -218,6 +218,9 @@ def sweep(be, spec, emit) -> None:
 
 
 def main(spec_path: str) -> None:
+    from ddlbench.launch.pids import die_with_parent
+
+    die_with_parent()  # a killed torchrun (or mpiexec proxy) takes this rank along
     spec = json.load(open(spec_path))
     be = {"mpi4py": Mpi4py, "horovod": Horovod}.get(spec["backend"], Torch)(spec)
     torch.set_num_threads(1)

@@ -32,5 +32,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"ddlbench: error: {exc}", file=sys.stderr)
             sys.exit(2)
     sys.argv = [sys.argv[0]] + argv
-    _job()
+    try:
+        _job()
+    except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP: the run is recorded; the sweep stops
+        sys.exit(getattr(exc, "signum", 2) + 128)
     sys.exit(1 if _failures else 0)

@@ -61,15 +61,31 @@ def run(cfg) -> dict:
         _prepare(cfg, run_dir)
         rec["env"] = record.env_knobs(run_env(cfg, local_procs=max(slurm.plan(cfg))))
         return slurm.submit(cfg, rec, run_dir, results)
-    _prepare(cfg, run_dir)
-    env = run_env(cfg)
-    rec["env"] = record.env_knobs(env)
-
     from . import local
 
-    rc, reason = run_launches(cfg, run_dir, lambda k, d: local.start(cfg, d, env, command(cfg, d, env)))
-    finish(cfg, rec, run_dir, rc, reason, results)
+    with local.terminations():  # SIGTERM and SIGHUP end the run as Ctrl-C does
+        _prepare(cfg, run_dir)
+        env = run_env(cfg)
+        rec["env"] = record.env_knobs(env)
+        launch_and_record(cfg, rec, run_dir, results, lambda k, d: local.start(cfg, d, env, command(cfg, d, env)))
     return rec
+
+
+def launch_and_record(cfg, rec: dict, run_dir: Path, results_dir: Path, start) -> None:
+    """`run_launches`, then the record, whatever happens: a launch ended by Ctrl-C, a
+    termination signal or an error in the launcher (its workers already stopped by
+    `local.start`) is recorded as failed, saying why, and the interruption then propagates so
+    the process exits (a sweep does not go on to its next run)."""
+    from . import local
+
+    try:
+        rc, reason = run_launches(cfg, run_dir, start)
+    except BaseException as exc:
+        with local.deferred_signals():
+            finish(cfg, rec, run_dir, *local.interruption(exc), results_dir)
+        raise
+    with local.deferred_signals():  # a signal now waits until the record is written
+        finish(cfg, rec, run_dir, rc, reason, results_dir)
 
 
 def launch_dirs(cfg, run_dir: Path) -> list[Path]:

@@ -25,7 +25,10 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import shutil
+import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -313,10 +316,12 @@ def _record_unless_written(cfg, rec: dict, run_dir: Path, results: Path, reason)
 
     from . import _say, finish
 
-    for r in load([results]).records:
-        if r.get("run_dir") == str(run_dir):
-            _say(r, results)
-            return r
+    # a requeued job leaves a record per attempt that got to write one: the last attempt's counts
+    mine = [r for r in load([results]).records if r.get("run_dir") == str(run_dir)]
+    if mine:
+        r = max(mine, key=lambda r: r.get("slurm_attempt") or 0)
+        _say(r, results)
+        return r
     tail = _log_tail(run_dir)
     rec = dict(rec)
     finish(cfg, rec, run_dir, 1, reason() + (f": {tail}" if tail else ""), results)
@@ -341,11 +346,14 @@ def node_command(run_dir: Path, node: int, nprocs: int, nnodes: int, first_node:
 
 
 def node_main(run_dir: str, rec: dict) -> int:
-    """One per node: run this node's ranks; node 0 also writes the run record."""
+    """One per node: run this node's ranks; node 0 also writes the run record. SIGTERM and
+    SIGHUP (scancel, preemption, Slurm's warning before its kill) end the launch as Ctrl-C does,
+    and so does submitit's own handler when the time limit nears: this node's ranks are
+    stopped, and node 0 records the run as failed, saying why."""
     import submitit
     from omegaconf import OmegaConf
 
-    from . import finish, local, run_env, run_launches
+    from . import launch_and_record, local, run_env, run_launches
 
     run_dir = Path(run_dir)
     cfg = OmegaConf.load(run_dir / "config.yaml")
@@ -353,6 +361,8 @@ def node_main(run_dir: str, rec: dict) -> int:
     node = job.node
     counts = plan(cfg)
     env = run_env(cfg, local_procs=counts[node])
+    attempt = int(os.environ.get("SLURM_RESTART_COUNT", 0))
+    base = attempt_dir(cfg, run_dir, attempt)
 
     def start(k: int, launch_dir: Path) -> tuple[int, str | None]:
         if cfg.engine.name != "horovod":
@@ -361,20 +371,64 @@ def node_main(run_dir: str, rec: dict) -> int:
                                                                   job.hostnames[0], port))
         if node == 0:
             return local.start(cfg, launch_dir, env, _horovod_command(cfg, launch_dir, job.hostnames, counts))
-        # horovodrun on node 0 starts the ranks of every node; the others wait for the launch to end
-        while not (launch_dir / "result.json").exists() and not any(launch_dir.glob("error-rank*.json")):
-            time.sleep(POLL_S)
-        return (0, None) if (launch_dir / "result.json").exists() else (1, "a rank reported an error")
+        return wait_for_node0(launch_dir, float(cfg.launcher.get("stall_timeout_s", 600)))
 
-    rc, reason = run_launches(cfg, run_dir, start)
-    if node == 0:
-        rec = dict(rec, job_id=job.job_id, hosts=job.hostnames)
-        finish(cfg, rec, run_dir, rc, reason, Path(cfg.results_dir))
-        if rec["status"] != "ok" and rc == 0:  # the record could not be written (a full disk): the job failed
-            rc, reason = 1, rec["error"]
+    with local.terminations():
+        if node == 0:
+            rec = dict(rec, job_id=job.job_id, hosts=job.hostnames, slurm_attempt=attempt)
+            launch_and_record(cfg, rec, base, Path(cfg.results_dir), start)
+            rc, reason = (0, None) if rec["status"] == "ok" else (1, rec["error"])
+        else:
+            rc, reason = run_launches(cfg, base, start)
     if rc != 0:
         raise RuntimeError(reason or f"node {node}: ranks exited with {rc}")
     return rc
+
+
+def attempt_dir(cfg, run_dir: Path, attempt: int) -> Path:
+    """Where attempt `attempt` (SLURM_RESTART_COUNT: 0, then 1, 2, ... after each requeue) runs
+    its launches: the run directory first, then a fresh `attempt-<n>` in it, so a requeued job
+    never reads the last attempt's error, pid or result files (and kill itself over them). Every
+    node calls this; each writes the same config files, atomically."""
+    if attempt == 0:
+        return run_dir
+    from . import launch_dirs
+
+    d = run_dir / f"attempt-{attempt}"
+    for first, fresh in zip(launch_dirs(cfg, run_dir), launch_dirs(cfg, d)):
+        fresh.mkdir(parents=True, exist_ok=True)
+        tmp = fresh / f".config.yaml.{socket.gethostname()}.{os.getpid()}.tmp"
+        shutil.copyfile(first / "config.yaml", tmp)
+        os.replace(tmp, fresh / "config.yaml")
+    return d
+
+
+def wait_for_node0(launch_dir: Path, stall_s: float) -> tuple[int, str | None]:
+    """A node other than 0 under horovodrun, whose ranks node 0 starts: wait for the launch to
+    end (a result, or a rank's error), but no longer than `stall_s` without a sign of life from
+    any rank (the watchdog's bound; before, it waited forever for a node 0 that might be gone),
+    then stop this host's ranks either way."""
+    from . import local, pids
+
+    last = time.monotonic()
+    try:
+        while not (launch_dir / "result.json").exists():
+            if any(launch_dir.glob("error-rank*.json")):
+                return 1, "a rank reported an error"
+            beat = local.heartbeat(launch_dir)
+            if beat is not None:
+                last = max(last, beat)
+            if time.monotonic() - last > stall_s:
+                return 1, (f"no progress from any rank for {stall_s:.0f} s while waiting for node 0's horovodrun "
+                           "(launcher.stall_timeout_s)")
+            time.sleep(min(POLL_S, stall_s / 4))
+        return 0, None
+    finally:  # the ranks get the watchdog's grace to leave by themselves (their last barrier)
+        for sig in (None, signal.SIGTERM, signal.SIGKILL):
+            for e in pids.own(launch_dir) if sig else ():
+                pids.send(e, sig)
+            if local.wait_gone(launch_dir, local.GRACE_S):
+                break
 
 
 def _horovod_command(cfg, run_dir: Path, hosts: list[str], counts: list[int]) -> list[str]:

@@ -19,6 +19,8 @@ import torch
 import torch.distributed as dist
 from omegaconf import OmegaConf
 
+from ddlbench.launch import pids
+
 
 def rank_env() -> tuple[int, int, int]:
     """(rank, world size, local rank) from torchrun, Slurm or MPI environments."""
@@ -41,7 +43,8 @@ def write_json(path: Path, obj) -> None:
 def main(run_dir: str) -> None:
     run_dir = Path(run_dir)
     rank, world, local_rank = rank_env()
-    (run_dir / f"pid-rank{rank}").write_text(str(os.getpid()))
+    pids.die_with_parent()  # a SIGKILLed torchrun (or mpirun proxy) takes its ranks along
+    pids.write(run_dir, rank)
     try:
         run(run_dir, rank, world, local_rank)
     except BaseException as exc:  # the launcher reads this to say why the run failed
@@ -112,7 +115,7 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> None:
             sync = methods.build(cfg.method, ctx)
             label = f"{cfg.method.name} {cfg.model.name} x{W}" + (f" +{S} servers" if S else "")
             progress = driver.Progress(label, cfg, W * cfg.local_batch) if rank == 0 else None
-            result = driver.measure(cfg, ctx, workload, sync, progress, driver.heartbeat(run_dir / f"pid-rank{rank}"))
+            result = driver.measure(cfg, ctx, workload, sync, progress, driver.heartbeat(pids.path(run_dir, rank)))
             sync.close()
             model = workload.model
             fp = driver.fingerprint(model)

@@ -50,14 +50,19 @@ def worker_pid(results: Path, rank: int, timeout: float = 90) -> int:
     deadline = time.monotonic() + timeout
     first_mtime = None
     while time.monotonic() < deadline:
-        files = list(results.glob(f"runs/*/pid-rank{rank}"))
-        if files and files[0].read_text():
+        files = list(results.glob(f"runs/*/pid-*rank{rank}"))
+        if files:
             mtime = files[0].stat().st_mtime_ns
             first_mtime = first_mtime or mtime
             if mtime != first_mtime:
-                return int(files[0].read_text())
+                return pid_of(results, rank)
         time.sleep(0.1)
     raise AssertionError("the workers never started iterating")
+
+
+def pid_of(results: Path, rank: int) -> int:
+    """The pid a rank wrote in its pid file (`pid-<host>-rank<R>`: pid, start time)."""
+    return int(next(results.glob(f"runs/*/pid-*rank{rank}")).read_text().split()[0])
 
 
 def seed_earlier_record(results: Path) -> str:
@@ -86,13 +91,22 @@ def kill_quietly(pid: int) -> None:
 
 def no_worker_left(results: Path, wait_s: float = 3.0) -> bool:
     """True once no worker process is running (an unreaped zombie counts as gone)."""
-    pids = [int(f.read_text()) for f in results.glob("runs/*/pid-rank*")]
+    pids = [int(f.read_text().split()[0]) for f in results.glob("runs/*/pid-*rank*")]
     deadline = time.monotonic() + wait_s
     while True:
         alive = [p for p in pids if _running(p)]
         if not alive or time.monotonic() > deadline:
             return not alive
         time.sleep(0.1)
+
+
+def one_failed_record(results: Path, fault: str, elapsed_s: float) -> dict:
+    """The run's one failed record, checked, with the fault's time printed for the fault table
+    (`pytest -s`): from the fault to the launcher's exit."""
+    failed = [r for r in records(results) if r.get("status") == "failed"]
+    assert len(failed) == 1, failed
+    print(f"\n[fault table] {fault}: ended in {elapsed_s:.1f} s, one failed record", flush=True)
+    return failed[0]
 
 
 def _running(pid: int) -> bool:
@@ -107,12 +121,13 @@ def test_a_killed_worker_ends_the_job_with_a_failed_record(tmp_path):
     earlier = seed_earlier_record(tmp_path)
     proc = start_long_run(tmp_path)
     os.kill(worker_pid(tmp_path, 1), signal.SIGKILL)
-    finish_within(proc, 60)
+    elapsed = finish_within(proc, 60)
     assert proc.returncode != 0
     got = records(tmp_path)
     assert got[0] == json.loads(earlier)  # an earlier version's runs.jsonl still reads, first
     rec = got[-1]
     assert rec["status"] == "failed" and "rank(s) 1 died" in rec["error"]
+    one_failed_record(tmp_path, "worker killed", elapsed)
     assert no_worker_left(tmp_path)
 
 
@@ -128,6 +143,7 @@ def test_a_hung_worker_ends_the_job_within_60_s(tmp_path):
     recs = records(tmp_path)
     assert json.dumps(recs[0]) == earlier and recs[-1]["status"] == "failed"
     assert "rank 0" in recs[-1]["error"], recs[-1]["error"]  # rank 0's collective timed out
+    one_failed_record(tmp_path, "worker hung", elapsed)
     assert elapsed < 60
     assert no_worker_left(tmp_path)
 
@@ -147,7 +163,7 @@ def test_ctrl_c_stops_every_worker_and_records_the_interruption(tmp_path):
 def test_a_dead_or_hung_server_ends_the_job_within_60_s(tmp_path, how, method):
     proc = start_long_run(tmp_path, method=method)
     worker_pid(tmp_path, 0)  # the workers iterate, so the server serves
-    server = int(next(tmp_path.glob("runs/*/pid-rank2")).read_text())  # rank 2: the server
+    server = pid_of(tmp_path, 2)  # rank 2: the server
     os.kill(server, signal.SIGKILL if how == "killed" else signal.SIGSTOP)
     try:
         elapsed = finish_within(proc, 60)
@@ -157,5 +173,6 @@ def test_a_dead_or_hung_server_ends_the_job_within_60_s(tmp_path, how, method):
     assert rec["status"] == "failed" and rec["servers"] == 1
     if how == "killed":
         assert "2 (server 0) died" in rec["error"]
+    one_failed_record(tmp_path, f"server {how}", elapsed)
     assert elapsed < 60
     assert no_worker_left(tmp_path)

@@ -1,0 +1,73 @@
+"""Launchers never orphan a job: a launcher ended by SIGTERM or SIGHUP (timeout, a CI cancel, a
+dropped ssh session, Slurm before its kill) stops every worker and records one failed run, and a
+worker dies with its torchrun even when nobody is left to stop it."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from helpers import records
+from test_failures import finish_within, no_worker_left, one_failed_record, start_long_run, worker_pid
+
+pytestmark = pytest.mark.multiproc
+
+
+def processes_of(path: Path) -> list[int]:
+    """Processes whose command line names `path` (torchrun and the ranks name their run directory)."""
+    out = subprocess.run(["pgrep", "-f", str(path)], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
+@pytest.fixture
+def no_leftovers(tmp_path):
+    """Whatever a failing test leaves running is killed, so it cannot slow the next tests."""
+    yield
+    for pid in processes_of(tmp_path):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_terminated_launcher_stops_every_worker_and_records_one_failure(tmp_path, no_leftovers, sig):
+    proc = start_long_run(tmp_path)
+    worker_pid(tmp_path, 1)  # mid-run: the workers iterate
+    proc.send_signal(sig)
+    elapsed = finish_within(proc, 60)
+    assert proc.returncode == 128 + sig  # (never read proc.stdout here: orphans would hold it open)
+    rec = one_failed_record(tmp_path, f"launcher {sig.name}", elapsed)
+    assert len(records(tmp_path)) == 1
+    assert rec["error"] == f"terminated by {sig.name}; every worker was stopped"
+    assert no_worker_left(tmp_path)
+    assert processes_of(tmp_path) == []  # torchrun too
+    assert elapsed < 60
+
+
+def test_workers_die_with_their_torchrun(tmp_path, no_leftovers):
+    """torchrun SIGKILLed while its launcher cannot act (stopped): the kernel ends the ranks
+    (PR_SET_PDEATHSIG); then the launcher, resumed, records the failure."""
+    proc = start_long_run(tmp_path)
+    worker = worker_pid(tmp_path, 1)
+    torchrun = parent_of(worker)
+    assert parent_of(torchrun) == proc.pid
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        os.kill(torchrun, signal.SIGKILL)
+        assert no_worker_left(tmp_path, wait_s=10), "a rank outlived its torchrun"
+        print(f"\n[fault table] torchrun SIGKILLed: its ranks gone in {time.monotonic() - t0:.1f} s", flush=True)
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    elapsed = finish_within(proc, 60)
+    assert proc.returncode != 0
+    assert "died without a report" in one_failed_record(tmp_path, "torchrun killed", elapsed)["error"]
+    assert processes_of(tmp_path) == []
