@@ -40,9 +40,10 @@ def attack(address_file: Path, done: threading.Event, sent: dict) -> None:
         d.connect(address)
         return d
 
-    anonymous, foreign, idle_worker = dealer(), dealer(b"w9"), dealer(b"w1")  # w1 pushes nothing per-machine
+    anonymous, foreign = dealer(), dealer(b"w9")
     done.wait(3)  # the pushers are connected by now: squatting their identity must change nothing
-    squatter = dealer(b"w0")
+    squatter, idle_worker = dealer(b"w0"), dealer(b"w1")  # w1 pushes nothing (per-machine: w0 pushes)
+    oversized = rng.randbytes(1 << 22)  # above any tiny-resnet partition: libzmq drops the connection
     shapes = [
         lambda: [rng.randbytes(rng.randrange(1, 64))],                               # one frame of noise
         lambda: [rng.randbytes(8) for _ in range(rng.randrange(4, 7))],              # too many frames
@@ -52,11 +53,13 @@ def attack(address_file: Path, done: threading.Event, sent: dict) -> None:
         lambda: [_header(PUSH, 0, 1), rng.randbytes(4), rng.randbytes(32)],          # 1-element push
         lambda: [_header(PUSH, 0, 10**9), b"", b""],                                 # empty payload
         lambda: [_header(PUSH, 10**6, 0), rng.randbytes(64), rng.randbytes(32)],     # unknown key
-        lambda: [_header(PUSH, 0, 0), rng.randbytes(1 << 22), rng.randbytes(32)],    # oversized frame
     ]
+    rounds = 0
     while not done.is_set():
+        rounds += 1
         for sock in (anonymous, foreign, idle_worker, squatter):
-            for shape in shapes:
+            big = [lambda: [_header(PUSH, 0, 0), oversized, rng.randbytes(32)]] if rounds % 100 == 0 else []
+            for shape in shapes + big:
                 try:
                     sock.send_multipart(shape(), zmq.NOBLOCK)
                     sent["messages"] += 1
