@@ -6,7 +6,7 @@ Gloo point-to-point at 64-100 MB and 0.9-1.5x (noisy) at 1-16 MB; a first hand-w
 prototype had measured 1.4-1.8x. Same partitions, keys, servers and semantics as the Gloo wire
 (`ps_gloo`); the set-up (plan, addresses) uses the job's set-up group.
 
-Messages are multipart: [header, payload]. header = int64 [kind, key, iteration]; kind PUSH
+Messages are multipart: [header, payload, proof]. header = int64 [kind, key, iteration]; kind PUSH
 (pusher -> server), ACK (server -> pusher: the push is held, credit may come back), PULL
 (server -> pusher: the sum), STOP. ZeroMQ sockets are not thread-safe, so each side has one I/O
 thread that owns its sockets, and other threads reach it through a `Mailbox`: a server is one
@@ -14,11 +14,27 @@ ROUTER socket whose I/O thread acknowledges a push on receipt (as BytePS does) a
 the engine threads (`ps.Engines`), which post the round's sum back for sending; a pusher has
 one DEALER per server, and a monitor on each turns a server's disconnect into an immediate
 error. A server waits for its first push under `startup_timeout_s`, then under `comm_timeout_s`.
+
+The wire is closed to other peers (as NCCL and Gloo bind one interface): a server binds
+loopback when the whole job is on one host, else one interface's address (DDLBENCH_PS_IFNAME,
+like NCCL_SOCKET_IFNAME; default the address of this host's name). Rank 0 draws a job secret
+and sends it over the set-up group; every message carries proof = HMAC-SHA256(secret, header +
+payload). The server admits a message only through `Gate`: the right frames, a pusher's
+identity, a valid proof, a known key, a sane iteration, the key's exact size, and one push per
+pusher per round; anything else is dropped, counted in its stats (`rejected`) and logged.
 """
 from __future__ import annotations
 
+import collections
+import fcntl
+import hashlib
+import hmac
+import os
 import queue
+import secrets
 import socket
+import struct
+import sys
 import threading
 import time
 
@@ -35,18 +51,121 @@ def _header(kind: int, key: int, iteration: int) -> bytes:
     return np.array([kind, key, iteration], dtype=np.int64).tobytes()
 
 
+HEADER_BYTES = 24
+PROOF_BYTES = 32  # SHA-256
+IFNAME_ENV = "DDLBENCH_PS_IFNAME"
+ADDRESS_FILE_ENV = "DDLBENCH_TEST_PS_ADDRESS_FILE"  # test-only: a server appends its address there
+
+
+def _buf(frame):
+    return frame.buffer if hasattr(frame, "buffer") else frame
+
+
+def _nbytes(frame) -> int:
+    return memoryview(_buf(frame)).nbytes
+
+
+def _bytes(frame) -> bytes:
+    return frame.bytes if hasattr(frame, "bytes") else bytes(frame)
+
+
 def _parse(frame) -> tuple[int, int, int]:
-    kind, key, it = np.frombuffer(frame.buffer if hasattr(frame, "buffer") else frame, dtype=np.int64)
+    kind, key, it = np.frombuffer(_buf(frame), dtype=np.int64)
     return int(kind), int(key), int(it)
 
 
-def exchange_addresses(port: int | None, group) -> dict[int, str]:
-    """Every rank says its host; servers also their port. Returns {server rank: address}:
-    loopback when the whole job is on one host (no traffic leaves it), else the server's host."""
-    everyone = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, (socket.gethostname(), port), group=group)
-    single_host = len({h for h, _ in everyone}) == 1
-    return {r: f"tcp://{'127.0.0.1' if single_host else h}:{p}" for r, (h, p) in enumerate(everyone) if p is not None}
+def prove(secret: bytes, header, payload) -> bytes:
+    """HMAC-SHA256 (RFC 2104) of header + payload under the job's secret, without copying the payload."""
+    mac = hmac.new(secret, _buf(header), hashlib.sha256)
+    mac.update(_buf(payload))
+    return mac.digest()
+
+
+def interface_address(ifname: str | None) -> str:
+    """The IPv4 address to bind on a multi-host job: `ifname`'s, else that of this host's name."""
+    if not ifname:
+        addr = socket.gethostbyname(socket.gethostname())
+        if addr.startswith("127."):
+            raise RuntimeError(f"this host's name resolves to {addr}, which other hosts cannot reach: "
+                               f"set {IFNAME_ENV} to one of {[n for _, n in socket.if_nameindex()]}")
+        return addr
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:  # SIOCGIFADDR: the interface's IPv4 address
+            packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", ifname[:15].encode()))
+        except OSError:
+            raise RuntimeError(f"{IFNAME_ENV}={ifname!r} has no IPv4 address here; interfaces: "
+                               f"{[n for _, n in socket.if_nameindex()]}") from None
+    return socket.inet_ntoa(packed[20:24])
+
+
+def rendezvous(group, router=None) -> tuple[bytes, dict[int, str]]:
+    """Every rank of the job: the job's secret from rank 0, then every rank's host, then each
+    server (the ranks passing their `router`) binds loopback if the job is on one host (no
+    traffic leaves it) or its interface's address, and says where. Returns (secret, {server rank: address})."""
+    world = dist.get_world_size()
+    secret = [secrets.token_bytes(32) if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(secret, src=0, group=group)
+    hosts = [None] * world
+    dist.all_gather_object(hosts, socket.gethostname(), group=group)
+    bound = None
+    if router is not None:
+        host = "127.0.0.1" if len(set(hosts)) == 1 else interface_address(os.environ.get(IFNAME_ENV))
+        bound = f"tcp://{host}:{router.bind_to_random_port(f'tcp://{host}')}"  # a free port: no clash with other jobs
+    everyone = [None] * world
+    dist.all_gather_object(everyone, bound, group=group)
+    return secret[0], {r: a for r, a in enumerate(everyone) if a is not None}
+
+
+class Gate:
+    """What a server admits: `check(frames)` of [identity, header, payload, proof] returns None
+    (admitted; a push then counts toward its key's round) or why it was dropped. Checked in this
+    order: frame count, header length, a pusher's identity, the proof, kind, key (this server's),
+    iteration (not older than the key's round, the round's own while it is open), payload size
+    (exactly the key's bytes), one push per pusher per round."""
+
+    def __init__(self, secret: bytes, keys: dict[int, int], element_size: int, pushers: list[int]):
+        self.secret, self.keys, self.element_size = secret, keys, element_size
+        self.idents = {f"w{r}".encode() for r in pushers}
+        self._round: dict[int, set] = {k: set() for k in keys}  # who pushed the key's open round
+        self._iteration: dict[int, int] = {}                   # the key's latest round
+        self.rejected: collections.Counter = collections.Counter()
+
+    def check(self, frames) -> str | None:
+        reason = self._reason(frames)
+        if reason is not None:
+            self.rejected[reason] += 1
+        return reason
+
+    def _reason(self, frames) -> str | None:
+        if len(frames) != 4:
+            return "frames"
+        ident, header, payload, proof = frames
+        if _nbytes(header) != HEADER_BYTES:
+            return "header"
+        if _bytes(ident) not in self.idents:
+            return "identity"
+        if not hmac.compare_digest(_bytes(proof), prove(self.secret, header, payload)):
+            return "proof"
+        kind, key, iteration = _parse(header)
+        if kind == STOP:
+            return None
+        if kind != PUSH:
+            return "kind"
+        if key not in self.keys:
+            return "key"
+        pushed = self._round[key]
+        latest = self._iteration.get(key, -1)
+        if iteration < latest or iteration < 0 or (pushed and iteration != latest):
+            return "iteration"
+        if _nbytes(payload) != self.keys[key] * self.element_size:
+            return "size"
+        if _bytes(ident) in pushed:
+            return "duplicate"
+        self._iteration[key] = iteration
+        pushed.add(_bytes(ident))
+        if len(pushed) == len(self.idents):
+            pushed.clear()  # the round is complete: each pusher's next push opens the next one
+        return None
 
 
 class Mailbox:
@@ -99,7 +218,7 @@ class ZmqPushPull(PushPull):
     def _connect(self) -> None:
         import zmq
 
-        addrs = exchange_addresses(None, self.layout.setup_group)  # every rank takes part
+        self._secret, addrs = rendezvous(self.layout.setup_group)  # every rank takes part
         if not self.pushes:
             return
         self.server_addrs = [addrs[self.W + s] for s in range(self.S)]
@@ -134,7 +253,8 @@ class ZmqPushPull(PushPull):
                 for sock, _ in poller.poll(1000):
                     if sock is self._mailbox.rx:
                         for s, header, payload in self._mailbox.take():
-                            dealers[s].send_multipart([header, memoryview(payload.numpy())], copy=False)
+                            data = memoryview(payload.numpy())
+                            dealers[s].send_multipart([header, data, prove(self._secret, header, data)], copy=False)
                     elif sock in monitors:
                         sock.recv_multipart()
                         raise RuntimeError(f"server {monitors[sock]} ({self.server_addrs[monitors[sock]]}) disconnected")
@@ -162,17 +282,41 @@ class ZmqPushPull(PushPull):
             t.join(timeout=self.ctx.comm_timeout_s)
 
 
+class _RejectLog:
+    """One stderr line per dropped message, at most one a second (the counts say the rest)."""
+
+    def __init__(self, me: int, gate: Gate):
+        self.me, self.gate, self._last = me, gate, 0.0
+
+    def __call__(self, reason: str, ident) -> None:
+        now = time.monotonic()
+        if now - self._last >= 1.0:
+            self._last = now
+            print(f"ps server {self.me}: dropped a message ({reason}) from identity {_bytes(ident)[:16]!r}; "
+                  f"dropped so far: {dict(self.gate.rejected)}", file=sys.stderr, flush=True)
+
+
 def serve(rank: int, layout, tracer) -> dict:
-    """One ZeroMQ server: acknowledge each push, let the engine threads sum every pusher's push
-    of a key, then answer all their pulls."""
+    """One ZeroMQ server: admit each push through `Gate`, acknowledge it, let the engine threads
+    sum every pusher's push of a key, then answer all their pulls."""
     import zmq
 
     me, mine, dtype = receive_plan(rank, layout)
+    element_size = torch.tensor([], dtype=dtype).element_size()
     zctx = zmq.Context.instance()
     router = zctx.socket(zmq.ROUTER)
     router.setsockopt(zmq.LINGER, 1000)
-    port = router.bind_to_random_port("tcp://*")  # a free port: no clash with other jobs
-    advertised = exchange_addresses(port, layout.setup_group)[rank]
+    router.setsockopt(zmq.ROUTER_MANDATORY, 1)  # a reply to an unknown peer raises, not vanishes
+    router.setsockopt(zmq.SNDHWM, 0)  # replies to the pushers are never dropped at a high-water mark
+    # A frame larger than the largest partition is no pusher's: libzmq drops its connection.
+    router.setsockopt(zmq.MAXMSGSIZE, max([n * element_size for n in mine.values()] + [HEADER_BYTES + PROOF_BYTES]))
+    secret, addrs = rendezvous(layout.setup_group, router)
+    advertised = addrs[rank]
+    if os.environ.get(ADDRESS_FILE_ENV):
+        with open(os.environ[ADDRESS_FILE_ENV], "a") as f:
+            f.write(advertised + "\n")
+    gate = Gate(secret, mine, element_size, layout.pushers)
+    dropped = _RejectLog(me, gate)
     mailbox = Mailbox(zctx)
     engines = Engines(me, dtype, len(layout.pushers), layout.engine_threads,
                       lambda key, iteration, summed, senders: mailbox.post((key, iteration, summed, senders)), tracer,
@@ -200,8 +344,13 @@ def serve(rank: int, layout, tracer) -> dict:
                                     {"iter": iteration, "key": key, "server": me, "workers": len(senders),
                                      "bytes": summed.numel() * summed.element_size()}, lane="server")
         if router in ready:
+            frames = router.recv_multipart(copy=False)
+            reason = gate.check(frames)
+            if reason is not None:
+                dropped(reason, frames[0])
+                continue
             last = time.monotonic()
-            ident, header, payload = router.recv_multipart(copy=False)
+            ident, header, payload, _ = frames
             kind, key, iteration = _parse(header)
             if kind == STOP:
                 stopped.add(ident.bytes)
@@ -216,7 +365,7 @@ def serve(rank: int, layout, tracer) -> dict:
                                 {"iter": iteration, "key": key, "server": me, "worker": int(ident.bytes[1:]),
                                  "bytes": data.numel() * data.element_size()}, lane="server")
     stats = {"server": me, "keys": len(mine), **engines.close(layout.comm_timeout_s), "transport": "zmq",
-             "address": advertised}
+             "address": advertised, "rejected": dict(gate.rejected)}
     for ident in stopped:
         router.send_multipart([ident, _header(STOP, -1, -1), b""])
     mailbox.close()
