@@ -75,9 +75,15 @@ def _parse(frame) -> tuple[int, int, int]:
 
 
 def prove(secret: bytes, header, payload) -> bytes:
-    """HMAC-SHA256 (RFC 2104) of header + payload under the job's secret, without copying the payload."""
+    """HMAC-SHA256 (RFC 2104) under the job's secret of the header and the payload's length.
+
+    It proves the sender holds the job's secret and fixes what the message claims (kind, key,
+    iteration, size). It does not hash the payload's bytes: at about 1.8 GB/s per core that cost
+    2.3 ms per 4,096,000-byte partition on each side, slower than a 100 Gb/s link, which would
+    bias the PS methods against all-reduce (whose NCCL and Gloo transports carry no proof at all).
+    Changing a payload in flight takes a man in the middle on the job's own network."""
     mac = hmac.new(secret, _buf(header), hashlib.sha256)
-    mac.update(_buf(payload))
+    mac.update(_nbytes(payload).to_bytes(8, "little"))
     return mac.digest()
 
 

@@ -78,3 +78,13 @@ def test_stop_is_admitted_only_from_a_pusher_with_a_valid_proof():
     assert g.check(msg(b"w9", kind=STOP, key=-1, iteration=-1, numel=1)) == "identity"
     assert g.check(msg(b"w0", kind=STOP, key=-1, iteration=-1, numel=1, secret=b"y" * 32)) == "proof"
     assert g.check(msg(b"w0", kind=STOP, key=-1, iteration=-1, numel=1)) is None
+
+
+def test_the_proof_covers_the_header_and_size_not_the_bulk_bytes():
+    """Hashing every byte would cost more than a fast link moves (see `prove`)."""
+    secret, header = b"s" * 32, _header(PUSH, 1, 5)
+    same_size = [np.ones(4, np.float32).tobytes(), np.zeros(4, np.float32).tobytes()]
+    assert prove(secret, header, same_size[0]) == prove(secret, header, same_size[1])
+    assert prove(secret, header, same_size[0]) != prove(secret, header, np.ones(5, np.float32).tobytes())
+    assert prove(secret, header, same_size[0]) != prove(secret, _header(PUSH, 2, 5), same_size[0])
+
