@@ -5,7 +5,7 @@ transport (all-reduce, or push/pull to parameter servers) and the schedule the p
 """
 from __future__ import annotations
 
-from .base import Context, GradSync, control_group
+from .base import Context, GradSync, control_group  # noqa: F401  (control_group: for launch.worker)
 
 SCHEDULES = {
     "bsp": "ddlbench.methods.bsp:BSP",

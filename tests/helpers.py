@@ -68,3 +68,27 @@ def iterations(rec, rank: int = 0) -> dict:
     for e in load(rec["trace"][rank]):
         by_iter[e["args"]["iter"]][e["cat"]].append(e)
     return by_iter
+
+
+def scheduled_messages(rec, rank: int = 0) -> list[dict]:
+    """One trace event per message a schedule sent: its all-reduce, or (PS) its push/pull to the
+    servers (per machine, the node's reduce and broadcast around it carry the same message)."""
+    from ddlbench.trace import load
+
+    return [e for e in load(rec["trace"][rank]) if e["cat"] == "comm" and e["name"] in ("allreduce", "push_pull")]
+
+
+def peak_bytes_in_flight(rec, rank: int = 0) -> int:
+    """ByteScheduler's bytes in flight at their peak, from a rank's trace: each message from the
+    scheduler's choice (`chosen_us`, else its launch) until credit came back, that is when the
+    all-reduce landed or (PS) when the servers held the push (`pushed_us`)."""
+    points = []
+    for e in scheduled_messages(rec, rank):
+        start = e["args"].get("chosen_us", e["ts"])
+        end = e["args"]["pushed_us"] if rec["servers"] else e["ts"] + e["dur"]
+        points += [(start, e["args"]["bytes"]), (end, -e["args"]["bytes"])]
+    level = peak = 0
+    for _, delta in sorted(points):  # releases before sends at a tie
+        level += delta
+        peak = max(peak, level)
+    return peak

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from ddlbench.commbench.collectives import COLLECTIVES
-from helpers import REPO, ddlbench, records, reference_parameters
+from helpers import REPO, ddlbench, peak_bytes_in_flight, records, reference_parameters
 
 pytestmark = pytest.mark.gpu
 
@@ -69,17 +69,7 @@ def test_every_method_on_one_gpu_is_lossless(tmp_path, method):
 def assert_credit_bound_from_the_trace(rec):
     """ByteScheduler's bytes in flight, read from rank 0's trace (end times stamped when the
     data landed: a CUDA event on the completion stream), stay below credit + one partition."""
-    from ddlbench.trace import load
-
-    comms = [e for e in load(rec["trace"][0]) if e["cat"] == "comm"]
-    # in flight until the all-reduce landed, or (PS) until the servers hold the push
-    spans = [(e["ts"], e["args"]["pushed_us"] if rec["servers"] else e["ts"] + e["dur"], e["args"]["bytes"]) for e in comms]
-    points = sorted([(s, b) for s, _, b in spans] + [(t, -b) for _, t, b in spans], key=lambda p: (p[0], p[1]))
-    level = peak = 0
-    for _, delta in points:
-        level += delta
-        peak = max(peak, level)
-    assert rec["partition_bytes"] < peak < rec["credit_bytes"] + rec["partition_bytes"]
+    assert rec["partition_bytes"] < peak_bytes_in_flight(rec) < rec["credit_bytes"] + rec["partition_bytes"]
 
 
 @pytest.mark.parametrize("method", METHODS)

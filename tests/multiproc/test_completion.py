@@ -20,7 +20,7 @@ import torch
 
 from ddlbench.methods.transport import EARLY_COMPLETION_ENV
 from ddlbench.trace import load as load_trace
-from helpers import REPO, ddlbench, records, reference_parameters
+from helpers import REPO, ddlbench, peak_bytes_in_flight, records, reference_parameters
 
 pytestmark = pytest.mark.multiproc
 
@@ -63,13 +63,7 @@ def test_trace_ends_are_when_the_data_landed(early, method):
 
 def test_credit_comes_back_only_when_the_data_landed(early):
     rec = early["bytescheduler-a2a"]
-    comms = [e for e in load_trace(rec["trace"][0]) if e["cat"] == "comm"]
-    points = sorted([(e["ts"], e["args"]["bytes"]) for e in comms] + [(e["ts"] + e["dur"], -e["args"]["bytes"]) for e in comms],
-                    key=lambda p: (p[0], p[1]))
-    level = peak = 0
-    for _, delta in points:
-        level += delta
-        peak = max(peak, level)
+    peak = peak_bytes_in_flight(rec)
     # Each all-reduce stays in flight for at least DELAY_S, so pieces pile up to the credit;
     # had credit come back at enqueue, nothing would bound them.
     assert rec["credit_bytes"] <= peak < rec["credit_bytes"] + rec["partition_bytes"]

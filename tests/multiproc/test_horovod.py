@@ -12,7 +12,7 @@ import torch
 from ddlbench.engines import horovod_available
 from ddlbench.trace import load as load_trace
 
-from helpers import ddlbench, iterations, records, reference_parameters
+from helpers import ddlbench, iterations, peak_bytes_in_flight, records, reference_parameters
 
 ok, why = horovod_available()
 pytestmark = [pytest.mark.multiproc, pytest.mark.skipif(not ok, reason=why)]
@@ -98,11 +98,6 @@ def test_bytescheduler_on_horovod_partitions_and_keeps_credit(runs):
     rec = runs[("horovod", "horovodrun", "bytescheduler-a2a")]
     events = [e for e in load_trace(rec["trace"][0]) if e["cat"] == "comm"]
     assert events and max(e["args"]["bytes"] for e in events) <= 4096
-    # bytes in flight never exceed the credit plus one partition
-    edges = sorted([(e["ts"], e["args"]["bytes"]) for e in events] + [(e["ts"] + e["dur"], -e["args"]["bytes"]) for e in events],
-                   key=lambda x: (x[0], x[1]))
-    level = peak = 0
-    for _, delta in edges:
-        level += delta
-        peak = max(peak, level)
-    assert peak <= 16384 + 4096
+    # bytes in flight stay below the credit plus one partition
+    peak = peak_bytes_in_flight(rec)
+    assert peak < 16384 + 4096

@@ -17,7 +17,7 @@ from ddlbench.config import choices
 from ddlbench.trace import CATEGORIES
 from ddlbench.trace import load as load_trace
 
-from helpers import ddlbench, iterations, records, reference_parameters
+from helpers import ddlbench, iterations, peak_bytes_in_flight, records, reference_parameters, scheduled_messages
 
 pytestmark = pytest.mark.multiproc
 
@@ -195,18 +195,6 @@ def test_wfbp_ps_pushes_during_backward_and_bsp_ps_after(runs):
 BS = ["bytescheduler-ps", "bytescheduler-a2a"]
 
 
-def comm_events(rec, rank):
-    """One event per scheduled partition: its all-reduce, or (PS) the push/pull to the servers
-    (per machine, the node's reduce and broadcast around it carry the same partition)."""
-    return [e for e in load_trace(rec["trace"][rank]) if e["cat"] == "comm" and e["name"] in ("allreduce", "push_pull")]
-
-
-def in_flight_span(rec, e):
-    """From the scheduler's choice until credit comes back: the all-reduce's end, or (PS) the
-    servers' receipt of the push."""
-    return e["args"]["chosen_us"], (e["args"]["pushed_us"] if rec["servers"] else e["ts"] + e["dur"])
-
-
 @pytest.mark.parametrize("method", BS)
 def test_bytescheduler_pieces_never_exceed_the_partition_size(runs, method):
     rec = runs[("tiny-resnet", method)]
@@ -223,21 +211,14 @@ def test_bytescheduler_bytes_in_flight_stay_within_credit_plus_one_partition(run
     rec = runs[("tiny-resnet", method)]
     # ByteScheduler's rule: send while credit remains, so in flight stays below credit + one partition
     limit = rec["credit_bytes"] + rec["partition_bytes"]
-    points = []
-    for e in comm_events(rec, 0):  # rank 0 decides the order for A2A; on PS each rank does
-        start, end = in_flight_span(rec, e)
-        points += [(start, e["args"]["bytes"]), (end, -e["args"]["bytes"])]
-    level, peak = 0, 0
-    for _, delta in sorted(points, key=lambda p: (p[0], p[1])):  # releases before sends at a tie
-        level += delta
-        peak = max(peak, level)
+    peak = peak_bytes_in_flight(rec)  # rank 0 decides the order for A2A and for its machine on PS
     assert 4096 < peak < limit  # several pieces in flight at once, never a whole partition past the credit
 
 
 @pytest.mark.parametrize("method", BS)
 def test_bytescheduler_sends_the_highest_priority_queued_partition_first(runs, method):
     rec = runs[("tiny-resnet", method)]
-    events = comm_events(rec, 0)
+    events = scheduled_messages(rec)
     overtakes = 0
     for x in events:
         chosen = x["args"]["chosen_us"]

@@ -6,10 +6,8 @@ key, iteration, size or a duplicate from a pusher's identity, is covered by
 tests/unit/test_ps_wire.py: no outside peer can deliver it.)"""
 from __future__ import annotations
 
-import os
 import random
 import threading
-import time
 from pathlib import Path
 
 import pytest
