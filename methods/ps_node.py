@@ -296,14 +296,18 @@ class _Message:
         self.on_done, self.on_pushed = on_done, on_pushed
         self.marker = marker
         self.event = threading.Event()
-        self.reduce_us = self.broadcast_us = 0.0  # when each collective was issued
+        # when the schedule handed the message over (a hook, for WFBP), and when each collective
+        # was issued (by the dispatcher thread, which a busy host may run later)
+        self.submitted_us = layer._now()
+        self.reduce_us = self.broadcast_us = 0.0
 
     def _trace(self, name: str, t0_us: float) -> None:
         layer = self.layer
         tracer = layer.ctx.tracer
         if tracer.enabled:
             args = {"iter": self.iteration, "bytes": self.flat.numel() * self.flat.element_size(), "tensors": self.tensors,
-                    "group": self.m, "node": layer.node, "leader": layer.leader, **(self.extra_args or {})}
+                    "group": self.m, "node": layer.node, "leader": layer.leader,
+                    "submitted_us": round(self.submitted_us, 3), **(self.extra_args or {})}
             tracer.complete(name, "comm", t0_us, tracer.now_us(), args, lane="comm")
 
     def reduced(self) -> None:

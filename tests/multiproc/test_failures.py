@@ -161,7 +161,9 @@ def test_ctrl_c_stops_every_worker_and_records_the_interruption(tmp_path):
 @pytest.mark.parametrize("method", ["bytescheduler-ps", "wfbp-ps"])  # each worker pushes; one machine's leader does
 @pytest.mark.parametrize("how", ["killed", "hung"])
 def test_a_dead_or_hung_server_ends_the_job_within_60_s(tmp_path, how, method):
-    proc = start_long_run(tmp_path, method=method)
+    # a shorter collective timeout than the default's (whose 60 s bound the hung worker proves):
+    # the job must end within it plus the launcher's grace, not just within 60 s
+    proc = start_long_run(tmp_path, "comm_timeout_s=8", method=method)
     worker_pid(tmp_path, 0)  # the workers iterate, so the server serves
     server = pid_of(tmp_path, 2)  # rank 2: the server
     os.kill(server, signal.SIGKILL if how == "killed" else signal.SIGSTOP)
@@ -174,5 +176,5 @@ def test_a_dead_or_hung_server_ends_the_job_within_60_s(tmp_path, how, method):
     if how == "killed":
         assert "2 (server 0) died" in rec["error"]
     one_failed_record(tmp_path, f"server {how}", elapsed)
-    assert elapsed < 60
+    assert elapsed < 8 + 20
     assert no_worker_left(tmp_path)

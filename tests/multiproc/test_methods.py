@@ -186,10 +186,20 @@ def test_ps_traffic_goes_through_server_processes(runs, method):
 
 
 def test_wfbp_ps_pushes_during_backward_and_bsp_ps_after(runs):
+    """WFBP-PS hands every iteration's first message to communication inside backward (from a
+    hook) and its node's collectives start there in some iteration; BSP-PS does neither. When
+    the dispatcher thread starts a collective depends on the host's load (2 busy cores here), so
+    only the hand-over is required of every iteration."""
     for method, during in (("wfbp-ps", True), ("bsp-ps", False)):
+        started_during = []
         for cats in iterations(runs[("tiny-resnet", method)]).values():
             bw = cats["backward"][0]
-            assert (min(c["ts"] for c in cats["comm"]) < bw["ts"] + bw["dur"]) is during, method
+            bw_end = bw["ts"] + bw["dur"]
+            comm = [c for c in cats["comm"] if "submitted_us" in c["args"]]
+            assert comm, method
+            assert (min(c["args"]["submitted_us"] for c in comm) < bw_end) is during, method
+            started_during.append(min(c["ts"] for c in comm) < bw_end)
+        assert any(started_during) is during, method
 
 
 BS = ["bytescheduler-ps", "bytescheduler-a2a"]
