@@ -55,10 +55,12 @@ $(VENV)/.horovod: $(VENV)/.installed launch/install/horovod.sh
 
 horovod: $(VENV)/.horovod
 
+# Two pytest workers: the suite mostly waits (start-ups, timeouts); see tests/conftest.py.
+TEST_JOBS ?= 2
 # The tests build Horovod first so its tests run; if the build fails they skip and say why.
 test: install
 	@$(MAKE) --no-print-directory horovod || echo "*** Horovod did not build: its tests will skip (see the output above)"
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadgroup tests
 
 # The methods at WORKERS workers, then (once per setup) one worker for the speedup, then the table.
 reproduce: install
