@@ -1,0 +1,27 @@
+"""The emulated-cluster tier: tests that build hosts as network namespaces (root). They share one
+cluster (`emulated_cluster`, two hosts at 300 Mbit/s, brought up once per session), which the
+emulated launcher reuses for runs that fit in it, so each test pays for its runs only."""
+import pytest
+
+from ddlbench.launch import netns
+
+LINK = "300mbit"
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = netns.unavailable()
+    for item in items:
+        if "netns" in item.keywords and reason:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(scope="session")
+def emulated_cluster():
+    """Two hosts at LINK, interactive (as `make cluster-up`), removed at the end of the session."""
+    if netns.owner_alive():
+        pytest.skip(f"an emulated cluster is in use by run pid {netns.owner_alive()}")
+    c = netns.up(2, LINK)
+    try:
+        yield c
+    finally:
+        netns.down()
