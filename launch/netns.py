@@ -13,8 +13,9 @@ namespace and link is called `ddlb-...` (PREFIX), the state lives under /run/ddl
 the addresses come from 198.18.213.0/24, inside the range RFC 2544 reserves for benchmarking
 (198.18.0.0/15). The bridge holds .1 (daemons in the root namespace, e.g. slurmctld, listen
 there); host i holds .(10 + i). No host has a default route and IPv4 forwarding is left as it
-is (off here), so nothing leaves the machine. Names do not need to resolve: launchers are given
-addresses (`Host.address`); `hosts_lines()` gives /etc/hosts lines for those that need names.
+is (off here), so nothing leaves the machine. Host names resolve through a marked block in
+/etc/hosts (HOSTS_BEGIN .. HOSTS_END), written by `up` and removed by `down` (c10d looks peers'
+names up, and Slurm and horovodrun address hosts by name); launchers here pass addresses.
 
 API (for launchers; see launch/emulated.py):
     check_rate(text) -> bits/s, or ConfigError naming the accepted units
@@ -59,6 +60,10 @@ UNSHAPED = ("none", "unshaped")          # link values that leave the wire unsha
 MEASURE_S = 0.5                          # the timed window of one link's measurement
 MEASURE_WARMUP_S = 0.2                   # sent before the window: TCP's ramp and tbf's initial burst
 MEASURE_PORT = 5201
+MEASURE_TRIES = 3                        # a link outside tolerance is measured again, up to this many times
+HOSTS_FILE = Path("/etc/hosts")
+HOSTS_BEGIN = "# ddlbench-netns begin: emulated hosts (python -m ddlbench.launch.netns down removes this block)"
+HOSTS_END = "# ddlbench-netns end"
 
 # tc's rate units (tc(8), "RATES"): a bare number is bits per second.
 RATE_UNITS = {
@@ -177,7 +182,20 @@ class Cluster:
         """Each host's link, host to host: host i sends to host i+1 (a ring), one pair at a
         time, so every host's egress and every host's ingress is measured once, alone."""
         n = len(self.hosts)
-        return [measure_pair(self.hosts[i], self.hosts[(i + 1) % n], seconds) for i in range(n)] if n > 1 else []
+        return [self._measure_link(self.hosts[i], self.hosts[(i + 1) % n], seconds) for i in range(n)] if n > 1 else []
+
+    def _measure_link(self, src: Host, dst: Host, seconds: float) -> Link:
+        """The best of up to MEASURE_TRIES measurements, stopping at the first within tolerance:
+        a link carries what it carries at best; a try that fell short because other work held
+        this machine's CPUs at that moment says nothing about the wire."""
+        want = self.link_bps
+        best = None
+        for _ in range(MEASURE_TRIES):
+            got = measure_pair(src, dst, seconds)
+            best = got if best is None or got.gbps > best.gbps else best
+            if want is None or abs(best.gbps * 1e9 - want) <= TOLERANCE * want:
+                break
+        return best
 
     def check(self, links: list[Link]) -> None:
         """LinkTooSlow unless every measured link is within TOLERANCE of the set rate (a link
@@ -267,9 +285,32 @@ def leftovers() -> list[str]:
     """Everything of ours that exists: namespaces, links, UTS files, the state directory."""
     found = [f"netns {n}" for n in _netns_names()]
     found += [f"link {n}" for n in _link_names()]
+    if HOSTS_BEGIN in _read(HOSTS_FILE):
+        found.append(f"block in {HOSTS_FILE}")
     if STATE_DIR.exists():
         found += [f"file {p}" for p in sorted(STATE_DIR.rglob("*"))] or [f"dir {STATE_DIR}"]
     return found
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _set_hosts_block(lines: str) -> None:
+    """Replace our block in /etc/hosts with `lines` ("" removes it), in place: /etc/hosts is
+    often a bind mount (containers), which a rename would not update."""
+    text = _read(HOSTS_FILE)
+    if HOSTS_BEGIN in text:
+        head, _, rest = text.partition(HOSTS_BEGIN)
+        text = head + rest.partition(HOSTS_END)[2].lstrip("\n")
+    if lines:
+        text = text + ("" if text.endswith("\n") or not text else "\n") + f"{HOSTS_BEGIN}\n{lines}{HOSTS_END}\n"
+    with open(HOSTS_FILE, "r+") as f:
+        f.write(text)
+        f.truncate()
 
 
 def _netns_names() -> list[str]:
@@ -311,6 +352,7 @@ def up(nodes: int, link: str, intra_link: str | None = None, owner_pid: int | No
         _run(["ip", "link", "set", BRIDGE, "up"])
         for h in c.hosts:
             _add_host(h, bps, intra_bps)
+        _set_hosts_block(c.hosts_lines())
     except BaseException:
         down(quiet=True)
         raise
@@ -336,13 +378,16 @@ def _add_host(h: Host, bps: float | None, intra_bps: float | None) -> None:
 
 def down(quiet: bool = False) -> list[str]:
     """Remove everything of ours: processes left in our namespaces, namespaces (their veth
-    ends and qdiscs go with them), links, UTS files, state. Returns what was removed."""
+    ends and qdiscs go with them), links, the /etc/hosts block, UTS files, state. Returns what
+    was removed."""
     removed = leftovers()
     for name in _netns_names():
         _kill_inside(name)
         _run(["ip", "netns", "del", name], check=False)
     for name in _link_names():
         _run(["ip", "link", "del", name], check=False)
+    if HOSTS_BEGIN in _read(HOSTS_FILE):
+        _set_hosts_block("")
     uts = STATE_DIR / "uts"
     if uts.exists():
         for f in uts.iterdir():

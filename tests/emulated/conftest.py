@@ -1,11 +1,13 @@
 """The emulated-cluster tier: tests that build hosts as network namespaces (root). They share one
-cluster (`emulated_cluster`, two hosts at 300 Mbit/s, brought up once per session), which the
-emulated launcher reuses for runs that fit in it, so each test pays for its runs only."""
+cluster (`emulated_cluster`, three hosts at 300 Mbit/s, brought up once per session), which the
+emulated launcher reuses for runs that fit in it (two workers, one PS server), so each test pays
+for its runs only. A test that takes the cluster down brings it back."""
 import pytest
 
 from ddlbench.launch import netns
 
 LINK = "300mbit"
+HOSTS = 3
 
 
 def pytest_collection_modifyitems(config, items):
@@ -17,11 +19,12 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def emulated_cluster():
-    """Two hosts at LINK, interactive (as `make cluster-up`), removed at the end of the session."""
+    """HOSTS hosts at LINK, interactive (as `make cluster-up`), removed at the end of the session."""
     if netns.owner_alive():
         pytest.skip(f"an emulated cluster is in use by run pid {netns.owner_alive()}")
-    c = netns.up(2, LINK)
+    c = netns.up(HOSTS, LINK)
     try:
         yield c
     finally:
         netns.down()
+

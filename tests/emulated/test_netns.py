@@ -13,12 +13,17 @@ from ddlbench.launch import netns
 pytestmark = pytest.mark.netns
 
 
+def restore(c) -> None:
+    """The session's cluster again, after a test that took it down."""
+    netns.up(len(c.hosts), c.link)
+
+
 def run_on(host, *cmd) -> str:
     return subprocess.run([*host.exec_prefix(), *cmd], capture_output=True, text=True, check=True).stdout.strip()
 
 
 def test_hosts_have_their_own_names_addresses_and_nothing_routes_out(emulated_cluster):
-    h0, h1 = emulated_cluster.hosts
+    h0, h1 = emulated_cluster.hosts[:2]
     assert run_on(h0, "hostname") == h0.hostname != run_on(h1, "hostname") == h1.hostname
     assert h0.address in run_on(h0, "ip", "-o", "addr", "show", "dev", netns.IFNAME)
     routes = run_on(h0, "ip", "route", "show")
@@ -34,7 +39,8 @@ def test_hosts_have_their_own_names_addresses_and_nothing_routes_out(emulated_cl
 
 def test_links_are_shaped_and_measured_within_tolerance(emulated_cluster):
     links = emulated_cluster.measure()
-    assert len(links) == 2 and {(l.src, l.dst) for l in links} == {("ddlb-node0", "ddlb-node1"), ("ddlb-node1", "ddlb-node0")}
+    names = [h.hostname for h in emulated_cluster.hosts]
+    assert [(l.src, l.dst) for l in links] == list(zip(names, names[1:] + names[:1]))  # every egress and ingress once
     want = netns.check_rate(emulated_cluster.link) / 1e9
     for l in links:
         assert abs(l.gbps - want) <= 0.05 * want, links
@@ -73,14 +79,15 @@ def test_a_crashed_owners_leftovers_are_cleared_by_the_next_up_and_down_leaves_n
         assert "netns ddlb-h2" in left and "link ddlb-br" in left and netns.owner_alive() is None
         c = netns.up(2, emulated_cluster.link)
         assert [h.hostname for h in c.hosts] == ["ddlb-node0", "ddlb-node1"] and "netns ddlb-h2" not in netns.leftovers()
+        assert "ddlb-node1" in open(netns.HOSTS_FILE).read()
         netns.down()
-        assert netns.leftovers() == []
+        assert netns.leftovers() == [] and netns.HOSTS_BEGIN not in open(netns.HOSTS_FILE).read()
         after_ns = [n for n in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split("\n") if n]
         assert after_ns == before_ns
         assert not [l for l in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout.splitlines()
                     if netns.PREFIX in l]
     finally:
-        netns.up(2, emulated_cluster.link)  # the session's cluster, for the tests after this one
+        restore(emulated_cluster)  # the session's cluster, for the tests after this one
 
 
 def test_a_live_runs_cluster_is_not_taken(emulated_cluster):
@@ -93,7 +100,7 @@ def test_a_live_runs_cluster_is_not_taken(emulated_cluster):
     finally:
         owner.kill()
         owner.wait()
-        netns.up(2, emulated_cluster.link)  # owner dead: its cluster is leftovers, replaced
+        restore(emulated_cluster)  # owner dead: its cluster is leftovers, replaced
     assert netns.owner_alive() is None
 
 
@@ -107,4 +114,4 @@ def test_processes_left_in_a_host_are_killed_on_down(emulated_cluster):
     finally:
         if daemon.poll() is None:
             daemon.kill()
-        netns.up(2, emulated_cluster.link)
+        restore(emulated_cluster)

@@ -38,3 +38,39 @@ def test_host_addresses_are_the_projects_own():
     hosts = [netns.host(i) for i in (0, 1, netns.MAX_HOSTS - 1)]
     assert [h.address for h in hosts] == ["198.18.213.10", "198.18.213.11", "198.18.213.253"]
     assert all(h.netns.startswith(netns.PREFIX) and len(h.veth) <= 15 for h in hosts)  # IFNAMSIZ
+
+
+def _check(overrides, monkeypatch, reason=None):
+    from ddlbench.config import _compose, resolve
+
+    monkeypatch.setattr(netns, "unavailable", lambda: reason)
+    return resolve(_compose(["launcher=emulated", *overrides]))
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["launcher.link=fast"], "launcher.link='fast' is not a rate tc understands; accepted: "),
+    (["launcher.intra_link=1 gbit"], "launcher.intra_link='1 gbit' is not a rate tc understands"),
+    (["launcher.nodes=0"], "launcher.nodes=0 is invalid; accepted: an integer >= 1"),
+    (["workers=4", "launcher.nodes=2"], "workers=4 at launcher.workers_per_node=1 need 4 worker hosts, but launcher.nodes=2"),
+])
+def test_emulated_settings_fail_in_one_line_before_anything_starts(overrides, message, monkeypatch):
+    from ddlbench.config import ConfigError
+
+    with pytest.raises(ConfigError) as exc:
+        _check(overrides, monkeypatch)
+    assert message in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_without_root_the_emulated_launcher_says_why_in_one_line(monkeypatch):
+    from ddlbench.config import ConfigError
+
+    monkeypatch.setattr(netns.os, "geteuid", lambda: 1000)
+    with pytest.raises(ConfigError, match=r"^launcher=emulated: the emulated cluster needs root .* uid 1000"):
+        _check([], monkeypatch, reason=netns.unavailable())
+
+
+def test_ps_servers_get_hosts_of_their_own_as_under_slurm(monkeypatch):
+    from ddlbench.launch import emulated, slurm
+
+    cfg = _check(["method=bsp-ps", "workers=4", "launcher.nodes=2", "launcher.workers_per_node=2"], monkeypatch)
+    assert cfg.servers == 2 and slurm.plan(cfg) == [2, 2, 1, 1] and emulated.hosts_needed(cfg) == 4
