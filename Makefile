@@ -8,7 +8,8 @@ PY       := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 
 METHOD   ?= all
-WORKERS  ?= 2
+# On an emulated cluster the workers default to every worker slot: NODES x GPUS_PER_NODE.
+WORKERS  ?= $(if $(and $(filter emulated,$(CLUSTER)),$(NODES)),$(shell echo $$(( $(NODES) * $(or $(GPUS_PER_NODE),1) ))),2)
 MODEL    ?= resnet50
 PROFILE  ?= local
 RESULTS  ?= results
@@ -26,17 +27,26 @@ ALL_METHODS := bsp-ps,bsp-a2a,wfbp-ps,wfbp-a2a,mg-wfbp,bytescheduler-ps,bytesche
 HVD_METHODS := bsp-a2a,wfbp-a2a,mg-wfbp,bytescheduler-a2a,horovod
 all_methods := $(if $(filter horovod,$(ENGINE)),$(HVD_METHODS),$(ALL_METHODS))
 methods  := $(if $(filter all,$(METHOD)),$(all_methods),$(METHOD))
-# CLUSTER=slurm submits batch jobs; locally Horovod starts with horovodrun, the rest with torchrun.
-LAUNCHER ?= $(if $(filter slurm,$(CLUSTER)),slurm,$(if $(filter horovod,$(ENGINE)),horovodrun,local))
+# CLUSTER=slurm submits batch jobs; CLUSTER=emulated runs NODES hosts as network namespaces of this
+# machine (root), links shaped to LINK (any tc rate; INTRA_LINK shapes traffic inside a host);
+# locally Horovod starts with horovodrun, the rest with torchrun.
+LAUNCHER ?= $(if $(filter slurm emulated,$(CLUSTER)),$(CLUSTER),$(if $(filter horovod,$(ENGINE)),horovodrun,local))
 PARTITION ?=
 GPUS_PER_NODE ?=
+NODES    ?=
+LINK     ?=
+INTRA_LINK ?=
+emulated_args := $(if $(filter emulated,$(LAUNCHER)),$(if $(NODES),launcher.nodes=$(NODES)) \
+	$(if $(LINK),launcher.link=$(LINK)) $(if $(INTRA_LINK),launcher.intra_link=$(INTRA_LINK)))
 cluster_args := engine=$(ENGINE) launcher=$(LAUNCHER) $(if $(DRY_RUN),launcher.dry_run=true) \
-	$(if $(PARTITION),launcher.partition=$(PARTITION)) $(if $(GPUS_PER_NODE),launcher.workers_per_node=$(GPUS_PER_NODE))
+	$(if $(PARTITION),launcher.partition=$(PARTITION)) $(if $(GPUS_PER_NODE),launcher.workers_per_node=$(GPUS_PER_NODE)) \
+	$(emulated_args)
 run_args := model=$(MODEL) profile=$(PROFILE) results_dir=$(RESULTS) $(cluster_args) \
 	$(if $(WARMUP),profile.warmup_iters=$(WARMUP)) $(if $(ITERS),profile.measured_iters=$(ITERS)) \
 	$(if $(REPEATS),profile.repeats=$(REPEATS)) $(OVERRIDES)
 
-.PHONY: install horovod test reproduce reproduce-paper bench summary figures commbench clean
+.PHONY: install horovod test reproduce reproduce-paper bench summary figures commbench clean \
+	cluster-up cluster-down cluster-status shell bench-emulated
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -99,6 +109,33 @@ bench: install
 	$(PY) benchmarks/methods_vs_ddp.py --results $(RESULTS)/bench
 	$(PY) benchmarks/ps_vs_a2a.py --results $(RESULTS)/bench
 	$(PY) benchmarks/commbench_overhead.py
+
+# The emulated cluster by hand: `make cluster-up NODES=4 LINK=1gbit [INTRA_LINK=...]` (runs that fit
+# it use it), `make shell NODE=2` (a shell on host 2), `make cluster-down` (also clears a crashed
+# run's leftovers). Needs root.
+NODE ?= 0
+cluster-up: install
+	$(PY) -m ddlbench.launch.netns up $(or $(NODES),4) $(or $(LINK),1gbit) $(INTRA_LINK)
+cluster-down: install
+	$(PY) -m ddlbench.launch.netns down
+cluster-status: install
+	$(PY) -m ddlbench.launch.netns status
+shell: install
+	$(PY) -m ddlbench.launch.netns shell $(NODE)
+
+# Every method (seven + DDP) at 2 and 4 workers on an emulated cluster of 4 worker hosts (one worker
+# each; PS servers on hosts of their own), at each rate of BENCH_LINKS, plus one worker per rate
+# for the speedup; records in $(RESULTS)/emulated, shown by `make figures RESULTS=$(RESULTS)/emulated`.
+BENCH_LINKS ?= 100mbit 1gbit
+BENCH_MODEL ?= tiny-resnet
+bench-emulated: install
+	@for link in $(BENCH_LINKS); do \
+		$(PY) -m ddlbench --multirun method=$(ALL_METHODS) workers=2,4 model=$(BENCH_MODEL) launcher=emulated \
+			launcher.nodes=4 launcher.link=$$link results_dir=$(RESULTS)/emulated skip_recorded=true $(OVERRIDES) || exit $$?; \
+		$(PY) -m ddlbench method=bsp-a2a workers=1 model=$(BENCH_MODEL) launcher=emulated launcher.nodes=4 \
+			launcher.link=$$link results_dir=$(RESULTS)/emulated skip_recorded=true $(OVERRIDES) || exit $$?; \
+	done
+	$(PY) -m ddlbench.analysis.summary $(RESULTS)/emulated
 
 # Communication backends: collectives x sizes x dtypes x backends x 2..N workers (seeds 000-003).
 CB_WORKERS  := $(if $(filter command line,$(origin WORKERS)),$(WORKERS),3)

@@ -2,7 +2,8 @@
 
 A *setup* is what must match for two runs to share a table: source (ours or the published
 figures), model, local batch and network (for our runs: device/backend, plus the engine when it
-is not torch). Cells never mix setups. Several ok records of one configuration combine as the
+is not torch, plus, on an emulated cluster, the set link rate, labelled with the range the links
+measured). Cells never mix setups. Several ok records of one configuration combine as the
 mean ± std over all their repeats (each record's `samples_per_sec_per_repeat`).
 
 Records that differ in any other setting that changes performance (seed, model dimensions,
@@ -52,7 +53,23 @@ Cells = dict  # {(method, workers): Cell}
 
 def network_of(rec: dict) -> str:
     net = f"{rec.get('device')}/{rec.get('backend')}"
-    return net if rec.get("engine") in (None, "torch") else f"{net}/{rec['engine']}"
+    net = net if rec.get("engine") in (None, "torch") else f"{net}/{rec['engine']}"
+    emu = rec.get("network") or {}
+    if emu.get("emulated"):  # a setup of its own per set rate; `measured_label` adds what was measured
+        intra = f", intra {emu['intra_link']}" if emu.get("intra_link") else ""
+        net = f"{net} emulated {emu.get('link')}{intra}"
+    return net
+
+
+def measured_label(recs: list[dict]) -> str:
+    """What the emulated links of a setup's records measured, as the setup's label shows it:
+    the range over every link of every run (the set rate alone would hide a link that ran slow)."""
+    gbps = [g for r in recs for g in ((r.get("network") or {}).get("measured_gbps") or [])]
+    if not gbps:
+        return ""
+    lo, hi = min(gbps), max(gbps)
+    rate = f"{lo:.3g}" if f"{lo:.3g}" == f"{hi:.3g}" else f"{lo:.3g}-{hi:.3g}"
+    return f"(measured {rate} Gbit/s per link, no added latency)"
 
 
 # What a table's setup hash leaves out: the table's own axes (method and workers; servers follow
@@ -71,21 +88,34 @@ def ours(records: list[dict]) -> dict[Setup, Cells]:
     ok = [r for r in records if r.get("status") == "ok" and r.get("samples_per_sec") is not None]
     setup_hash = [config_hash(r.get("config"), SETUP_DROPS) for r in ok]
     # the method's own settings and its server count: one method's variants within a setup
-    method_hash = [config_hash({"method": (r.get("config") or {}).get("method"), "servers": r.get("servers")})
+    method_hash = [config_hash({"method": (r.get("config") or {}).get("method"), "servers": _servers_set(r)})
                    if r.get("config") else None for r in ok]
     by_setup, by_method = defaultdict(set), defaultdict(set)
     for r, sh, mh in zip(ok, setup_hash, method_hash):
         base = (r["model"], r["local_batch"], network_of(r))
         by_setup[base].add(sh)
         by_method[base + (sh, r["method"])].add(mh)
+    emulated = defaultdict(list)
+    for r in ok:
+        emulated[network_of(r)].append(r)
     samples: dict = defaultdict(lambda: defaultdict(list))
     for r, sh, mh in zip(ok, setup_hash, method_hash):
         base = (r["model"], r["local_batch"], network_of(r))
-        network = " ".join(filter(None, [base[2], _variant(by_setup, base, sh)]))
+        network = " ".join(filter(None, [base[2], measured_label(emulated[base[2]]), _variant(by_setup, base, sh)]))
         method = " ".join(filter(None, [r["method"], _variant(by_method, base + (sh, r["method"]), mh)]))
         setup = Setup("ours", r["model"], r["local_batch"], network)
         samples[setup][(method, r["workers"])].extend(r.get("samples_per_sec_per_repeat") or [r["samples_per_sec"]])
     return {s: {k: cell_of(v) for k, v in c.items()} for s, c in samples.items()}
+
+
+def _servers_set(rec: dict):
+    """The record's server count where it was set by hand; None where it is the default (one per
+    worker machine, `servers: auto`), which follows the worker count as the table's columns do."""
+    import math
+
+    per_node = ((rec.get("config") or {}).get("launcher") or {}).get("workers_per_node") or rec.get("workers") or 1
+    auto = math.ceil((rec.get("workers") or 0) / per_node) if rec.get("servers") else 0
+    return None if rec.get("servers") == auto else rec.get("servers")
 
 
 def cell_of(samples_per_sec_per_repeat: list[float]) -> Cell:

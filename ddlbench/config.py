@@ -201,6 +201,10 @@ def resolve(cfg: DictConfig) -> DictConfig:
         _check_placement(cfg)
         if cfg.launcher.name == "slurm":
             _slurm().check(cfg)
+        if cfg.launcher.name == "emulated":
+            from ddlbench.launch.emulated import check
+
+            check(cfg)
         if cfg.launcher.name == "mpirun":
             from ddlbench.launch.mpirun import executable
 

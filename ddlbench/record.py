@@ -38,7 +38,7 @@ FIELDS = (
     "method", "model", "workers", "servers", "engine", "backend", "device", "local_batch",
     "warmup_iters", "measured_iters", "repeats", "iter_times_s", "samples_per_sec", "samples_per_sec_std",
     "param_fingerprint", "groups", "trace", "config", "versions", "git_commit", "hosts", "started_at",
-    "status", "error", "config_hash",
+    "status", "error", "config_hash", "network",
 )
 
 

@@ -28,6 +28,7 @@ class Tracer:
         self._lock = threading.Lock()  # comm events complete on the backend's threads
         self._wall0_us = time.time() * 1e6
         self._perf0 = time.perf_counter()
+        self._meta: list[dict] = []
 
     def now_us(self) -> float:
         return self._wall0_us + (time.perf_counter() - self._perf0) * 1e6
@@ -39,6 +40,11 @@ class Tracer:
         }
         with self._lock:
             self.events.append(event)
+
+    def meta(self, name: str, args: dict) -> None:
+        """A metadata event of this rank (`"ph": "M"`): where it ran, whom it talked to."""
+        with self._lock:
+            self._meta.append({"name": name, "ph": "M", "pid": self.rank, "args": args})
 
     @contextlib.contextmanager
     def span(self, name: str, cat: str, args: dict, lane: str = "compute"):
@@ -53,6 +59,7 @@ class Tracer:
         meta += [{"name": "thread_name", "ph": "M", "pid": self.rank, "tid": tid, "args": {"name": lane}}
                  for lane, tid in LANES.items()]
         with self._lock:
+            meta += self._meta
             doc = {"traceEvents": meta + sorted(self.events, key=lambda e: e["ts"]), "displayTimeUnit": "ms"}
         tmp = Path(f"{path}.tmp{os.getpid()}")
         tmp.write_text(json.dumps(doc))
@@ -73,6 +80,15 @@ class NullTracer:
 
     def span(self, *args, **kwargs):
         return contextlib.nullcontext()
+
+    def meta(self, *args, **kwargs) -> None:
+        pass
+
+
+def load_meta(path, name: str) -> list[dict]:
+    """The `args` of a trace file's metadata events called `name`."""
+    with open(path) as f:
+        return [e["args"] for e in json.load(f)["traceEvents"] if e.get("ph") == "M" and e.get("name") == name]
 
 
 def load(path) -> list[dict]:

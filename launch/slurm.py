@@ -345,6 +345,15 @@ def node_command(run_dir: Path, node: int, nprocs: int, nnodes: int, first_node:
                                                    f"--master-addr={first_node}", f"--master-port={port}"])
 
 
+def start_node(cfg, launch_dir: Path, node: int, first_node: str, port: int, env: dict) -> tuple[int, str | None]:
+    """This node's share of one launch (a Slurm node's, an emulated host's): its torchrun,
+    rendezvous at `first_node:port`, under the local launcher's watchdog."""
+    from . import local
+
+    counts = plan(cfg)
+    return local.start(cfg, launch_dir, env, node_command(launch_dir, node, counts[node], len(counts), first_node, port))
+
+
 def node_main(run_dir: str, rec: dict) -> int:
     """One per node: run this node's ranks; node 0 also writes the run record. SIGTERM and
     SIGHUP (scancel, preemption, Slurm's warning before its kill) end the launch as Ctrl-C does,
@@ -366,9 +375,7 @@ def node_main(run_dir: str, rec: dict) -> int:
 
     def start(k: int, launch_dir: Path) -> tuple[int, str | None]:
         if cfg.engine.name != "horovod":
-            port = rendezvous_port(job.job_id, k)
-            return local.start(cfg, launch_dir, env, node_command(launch_dir, node, counts[node], len(counts),
-                                                                  job.hostnames[0], port))
+            return start_node(cfg, launch_dir, node, job.hostnames[0], rendezvous_port(job.job_id, k), env)
         if node == 0:
             return local.start(cfg, launch_dir, env, _horovod_command(cfg, launch_dir, job.hostnames, counts))
         return wait_for_node0(launch_dir, float(cfg.launcher.get("stall_timeout_s", 600)))

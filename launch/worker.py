@@ -134,6 +134,7 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> None:
                 "param_fingerprint": fp,
                 "params_consistent": all(_close(f, fp) for f in fps),
                 "hosts": sorted({g[1] for g in gathered}),
+                "rank_hosts": [g[1] for g in gathered],  # rank r's host, servers after workers
                 "trace": [g[2] for g in gathered] if cfg.trace else None,
                 "server_stats": [g[3] for g in gathered[W:]] or None,
                 "world": world,

@@ -228,11 +228,15 @@ class ZmqPushPull(PushPull):
         if not self.pushes:
             return
         self.server_addrs = [addrs[self.W + s] for s in range(self.S)]
+        self.ctx.tracer.meta("ps_servers", {"host": socket.gethostname(), "addresses": self.server_addrs})
         self._zctx = zmq.Context.instance()
         self._mailbox = Mailbox(self._zctx)
         t = threading.Thread(target=self._io, daemon=True, name="zmq-io")
         t.start()
         self._threads = [t]
+
+    def describe(self) -> dict:
+        return {**super().describe(), "ps_server_addresses": getattr(self, "server_addrs", None)}
 
     def _send(self, h, data, iteration) -> None:
         self._mailbox.post((h.part.server, _header(PUSH, h.part.key, iteration), data))
@@ -318,6 +322,7 @@ def serve(rank: int, layout, tracer) -> dict:
     router.setsockopt(zmq.MAXMSGSIZE, max([n * element_size for n in mine.values()] + [HEADER_BYTES + PROOF_BYTES]))
     secret, addrs = rendezvous(layout.setup_group, router)
     advertised = addrs[rank]
+    tracer.meta("ps_server", {"host": socket.gethostname(), "address": advertised})
     if os.environ.get(ADDRESS_FILE_ENV):
         with open(os.environ[ADDRESS_FILE_ENV], "a") as f:
             f.write(advertised + "\n")

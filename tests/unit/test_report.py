@@ -141,3 +141,38 @@ def test_no_records_still_renders_the_published_numbers(tmp_path):
     index = report.build(tmp_path, tmp_path / "report")
     assert len(list((tmp_path / "report").glob("fig4-published-*.png"))) == 3
     assert "0 records" in index.read_text()
+
+
+def test_emulated_runs_are_a_setup_of_their_own_labelled_with_the_measured_rate():
+    from ddlbench.analysis import tables
+
+    def rec(method, workers, link, measured, sps):
+        return {"status": "ok", "method": method, "model": "tiny-resnet", "workers": workers, "local_batch": 4,
+                "device": "cpu", "backend": "gloo", "engine": "torch", "samples_per_sec": sps,
+                "samples_per_sec_per_repeat": [sps, sps], "config": None,
+                "network": {"emulated": True, "link": link, "measured_gbps": measured} if link else None}
+
+    setups = tables.ours([rec("bsp-a2a", 2, "300mbit", [0.3, 0.2993], 10.0), rec("bsp-ps", 2, "300mbit", [0.2999] * 4, 9.0),
+                          rec("bsp-a2a", 2, "1gbit", [1.0, 0.998], 20.0), rec("bsp-a2a", 2, None, None, 30.0)])
+    nets = sorted(s.network for s in setups)
+    assert nets == ["cpu/gloo", "cpu/gloo emulated 1gbit (measured 0.998-1 Gbit/s per link, no added latency)",
+                    "cpu/gloo emulated 300mbit (measured 0.299-0.3 Gbit/s per link, no added latency)"]
+    slow = next(c for s, c in setups.items() if "300mbit" in s.network)
+    assert set(slow) == {("bsp-a2a", 2), ("bsp-ps", 2)}  # one setup, both methods
+
+
+def test_ps_runs_with_the_default_servers_share_a_row_across_worker_counts():
+    """servers=auto gives one server per worker machine, so 2 and 4 workers on one worker per
+    machine run 2 and 4 servers: one method, one row (a server count set by hand is a variant)."""
+    from ddlbench.analysis import tables
+
+    def rec(workers, servers, sps):
+        cfg = {"method": {"name": "bsp-ps"}, "launcher": {"workers_per_node": 1}, "model": {"name": "m"}}
+        return {"status": "ok", "method": "bsp-ps", "model": "m", "workers": workers, "servers": servers, "local_batch": 4,
+                "device": "cpu", "backend": "gloo", "engine": "torch", "samples_per_sec": sps,
+                "samples_per_sec_per_repeat": [sps], "config": dict(cfg, workers=workers, servers=servers)}
+
+    (cells,) = tables.ours([rec(2, 2, 1.0), rec(4, 4, 2.0)]).values()
+    assert set(cells) == {("bsp-ps", 2), ("bsp-ps", 4)}
+    (cells,) = tables.ours([rec(2, 2, 1.0), rec(4, 1, 2.0)]).values()
+    assert len({m for m, _ in cells}) == 2 and all(m.startswith("bsp-ps cfg ") for m, _ in cells)

@@ -1,0 +1,203 @@
+"""Emulated cluster launcher: the multi-node launch of a real cluster, on hosts that are network
+namespaces of this machine (launch/netns.py), joined by links shaped to `launcher.link`.
+
+The launch is Slurm's, node for node: the same placement (`slurm.plan`: workers fill worker
+hosts `workers_per_node` at a time, PS servers get hosts of their own, `servers_per_node` each),
+and on every host the same node launch (`slurm.start_node`: one torchrun with
+`--nnodes/--node-rank/--master-addr` at the first host's address, under the local watchdog).
+Where Slurm's srun starts `node_main` on each node, this launcher starts `python -m
+ddlbench.launch.emulated` inside each host's namespaces (nsenter), with Gloo and the PS wire on
+the host's interface. Only the wire's speed is emulated; no latency is added (no netem here).
+
+Before the ranks start, every link in use is measured host to host and must come within 5% of
+the set rate, or the run is recorded as failed without starting. The record gets `network`
+(`netns.Cluster.describe`) and each rank's host name.
+
+The cluster is the run's own (brought up for it, removed on every path: success, failure,
+Ctrl-C, SIGTERM), unless an interactive one (`make cluster-up`) with enough hosts and the same
+links is up, which is then used and left up.
+"""
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import netns
+
+POLL_S = 0.2
+
+
+def hosts_needed(cfg) -> int:
+    from .slurm import nodes_needed
+
+    return nodes_needed(cfg)
+
+
+def check(cfg) -> None:
+    """Settings, checked before anything is created (config.resolve calls it); ConfigError with
+    one line. Root (or the tools) missing is said here too, so nothing starts."""
+    from ddlbench.config import ConfigError, _int
+
+    L = cfg.launcher
+    for key in ("nodes", "workers_per_node", "servers_per_node"):
+        _int(cfg, f"launcher.{key}", 1)
+    try:
+        netns.check_nodes(L.nodes)
+        netns.check_rate(L.link, "launcher.link")
+        if L.intra_link is not None:
+            netns.check_rate(L.intra_link, "launcher.intra_link")
+    except netns.BadSetting as exc:
+        raise ConfigError(str(exc)) from None
+    worker_hosts = -(-cfg.workers // int(L.workers_per_node))
+    if worker_hosts > L.nodes:
+        raise ConfigError(f"workers={cfg.workers} at launcher.workers_per_node={L.workers_per_node} need {worker_hosts} "
+                          f"worker hosts, but launcher.nodes={L.nodes}; accepted: workers <= "
+                          f"{L.nodes * int(L.workers_per_node)} (or more nodes)")
+    need = hosts_needed(cfg)
+    if need > netns.MAX_HOSTS:
+        raise ConfigError(f"workers={cfg.workers} + servers={cfg.servers} need {need} emulated hosts; accepted: at most "
+                          f"{netns.MAX_HOSTS}")
+    procs, cap = cfg.workers + cfg.servers, (os.cpu_count() or 1) * int(L.max_workers_per_cpu)
+    if cfg.device == "cpu" and procs > cap:
+        raise ConfigError(f"workers={cfg.workers} + servers={cfg.servers} is more processes than this machine's CPUs "
+                          f"carry ({cap}: launcher.max_workers_per_cpu x cores); accepted: workers + servers <= {cap}")
+    reason = netns.unavailable()
+    if reason:
+        raise ConfigError(f"launcher=emulated: {reason}")
+
+
+def run(cfg, rec: dict, run_dir: Path, results: Path) -> None:
+    """Bring up (or reuse) the hosts, measure the links, launch and record. Called inside
+    `local.terminations()`, so SIGTERM and SIGHUP arrive as exceptions and the cluster's
+    `finally` removes it."""
+    from ddlbench import record
+
+    from . import finish, launch_and_record, run_env
+
+    n = hosts_needed(cfg)
+    L = cfg.launcher
+    with _cluster(n, str(L.link), None if L.intra_link is None else str(L.intra_link)) as c:
+        used = netns.Cluster(c.hosts[:n], c.link, c.intra_link)
+        links = used.measure()
+        rec["network"] = used.describe(links)
+        for l in links:
+            print(f"[ddlbench] emulated link {l.src} -> {l.dst}: {l.gbps:.3f} Gbit/s (set {c.link})", flush=True)
+        try:
+            used.check(links)
+        except netns.LinkTooSlow as exc:
+            print(f"ddlbench: error: {exc}", file=sys.stderr, flush=True)
+            finish(cfg, rec, run_dir, 1, f"refused to start: {exc}", results)
+            return
+        env = run_env(cfg, local_procs=cfg.workers + cfg.servers)  # every host shares this machine's cores
+        rec["env"] = record.env_knobs({**env, **used.hosts[0].env()})
+        launch_and_record(cfg, rec, run_dir, results, lambda k, d: start(cfg, used, d, env))
+
+
+class _cluster:
+    """The interactive cluster if one is up and fits (left up after), else the run's own."""
+
+    def __init__(self, n: int, link: str, intra_link: str | None):
+        self.args = (n, link, intra_link)
+        self._own = None
+
+    def __enter__(self) -> netns.Cluster:
+        n, link, intra_link = self.args
+        up = netns.current()
+        if up is not None and up.owner_pid is None:  # make cluster-up's
+            if len(up.hosts) >= n and up.link == link and up.intra_link == intra_link:
+                return up
+            raise netns.NetnsError(
+                f"an interactive emulated cluster is up ({len(up.hosts)} hosts, link={up.link}, intra_link={up.intra_link}) "
+                f"and this run needs {n} hosts at link={link}, intra_link={intra_link}; accepted: matching settings, "
+                f"or `make cluster-down` first")
+        self._own = netns.cluster(n, link, intra_link)
+        return self._own.__enter__()
+
+    def __exit__(self, *exc):
+        return self._own.__exit__(*exc) if self._own is not None else False
+
+
+def node_argv(host: netns.Host, launch_dir: Path, node: int, first: str, port: int) -> list[str]:
+    """Host `node`'s share of the launch, run inside its namespaces (srun's place on Slurm)."""
+    return [*host.exec_prefix(), sys.executable, "-m", "ddlbench.launch.emulated", str(launch_dir), str(node),
+            first, str(port)]
+
+
+def node_env(cfg, host: netns.Host, node: int, env: dict) -> dict:
+    env = {**env, **host.env()}
+    if cfg.device == "cuda":  # hosts share this machine's GPUs: each gets its own slice
+        per = int(cfg.launcher.workers_per_node)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(node * per + g) for g in range(per))
+    return env
+
+
+def start(cfg, c: netns.Cluster, launch_dir: Path, env: dict) -> tuple[int, str | None]:
+    """One launch: every host's node process at once, rendezvous at host 0; wait for all. A
+    host that fails lets the others' watchdogs see its rank's error (they stop their ranks
+    within the grace); whatever ends this wait (Ctrl-C, SIGTERM, an error) stops every host."""
+    from . import local
+
+    port = random.randrange(20000, 60000)  # host 0's namespace has its own port space; a fresh port per launch
+    first = c.hosts[0].address
+    procs = [subprocess.Popen(node_argv(h, launch_dir, i, first, port), env=node_env(cfg, h, i, env),
+                              start_new_session=True) for i, h in enumerate(c.hosts)]
+    failed_at = None
+    try:
+        while any(p.poll() is None for p in procs):
+            time.sleep(POLL_S)
+            if failed_at is None and any(p.poll() not in (None, 0) for p in procs):
+                failed_at = time.monotonic()
+            if failed_at is not None and time.monotonic() - failed_at > 3 * local.GRACE_S:
+                break  # the others' watchdogs had their time: stop them below
+    finally:
+        with local.deferred_signals():
+            _stop(procs)
+    rcs = [p.returncode for p in procs]
+    rc = next((r for r in rcs if r != 0), 0)
+    return rc, None if rc == 0 else local.failure_reason(launch_dir, cfg.workers, rc, cfg.servers)
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM each node process still running (its own handler stops its ranks), then SIGKILL."""
+    from .local import GRACE_S
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        live = [p for p in procs if p.poll() is None]
+        for p in live:
+            try:
+                os.kill(p.pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + 2 * GRACE_S
+        for p in live:
+            try:
+                p.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def node_main(launch_dir: str, node: int, first: str, port: int) -> int:
+    """On one emulated host: its ranks, as on a Slurm node (`slurm.start_node`), under the same
+    watchdog; SIGTERM (from the launcher) stops them as Ctrl-C does."""
+    from omegaconf import OmegaConf
+
+    from . import local
+    from .slurm import start_node
+
+    launch_dir = Path(launch_dir)
+    cfg = OmegaConf.load(launch_dir / "config.yaml")
+    try:
+        with local.terminations():
+            rc, _ = start_node(cfg, launch_dir, node, first, port, dict(os.environ))
+    except KeyboardInterrupt as exc:
+        return 128 + getattr(exc, "signum", signal.SIGINT)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(node_main(sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])))

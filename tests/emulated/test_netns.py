@@ -1,0 +1,117 @@
+"""The emulated network itself (launch/netns.py): hosts with their own names and addresses, links
+shaped and measured within 5% of the set rate, and nothing left behind, even after a crash."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from ddlbench.launch import netns
+
+pytestmark = pytest.mark.netns
+
+
+def restore(c) -> None:
+    """The session's cluster again, after a test that took it down."""
+    netns.up(len(c.hosts), c.link)
+
+
+def run_on(host, *cmd) -> str:
+    return subprocess.run([*host.exec_prefix(), *cmd], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_hosts_have_their_own_names_addresses_and_nothing_routes_out(emulated_cluster):
+    h0, h1 = emulated_cluster.hosts[:2]
+    assert run_on(h0, "hostname") == h0.hostname != run_on(h1, "hostname") == h1.hostname
+    assert h0.address in run_on(h0, "ip", "-o", "addr", "show", "dev", netns.IFNAME)
+    routes = run_on(h0, "ip", "route", "show")
+    assert "default" not in routes and routes.startswith(f"{netns.SUBNET}.0/{netns.PREFIX_LEN}")
+    # host to host over the bridge: h1 connects to a socket h0 listens on, at h0's address
+    server = subprocess.Popen([*h0.exec_prefix(), sys.executable, "-c",
+                               f"import socket; s = socket.create_server(({h0.address!r}, 7000)); print(1, flush=True); "
+                               f"s.accept()[0].sendall(socket.gethostname().encode())"], stdout=subprocess.PIPE, text=True)
+    assert server.stdout.readline().strip() == "1"
+    got = run_on(h1, sys.executable, "-c", f"import socket; print(socket.create_connection(({h0.address!r}, 7000)).recv(99).decode())")
+    assert got == h0.hostname and server.wait(timeout=10) == 0
+
+
+def test_links_are_shaped_and_measured_within_tolerance(emulated_cluster):
+    links = emulated_cluster.measure()
+    names = [h.hostname for h in emulated_cluster.hosts]
+    assert [(l.src, l.dst) for l in links] == list(zip(names, names[1:] + names[:1]))  # every egress and ingress once
+    want = netns.check_rate(emulated_cluster.link) / 1e9
+    for l in links:
+        assert abs(l.gbps - want) <= 0.05 * want, links
+        assert l.goodput_gbps < l.gbps  # headers ride the wire too
+    emulated_cluster.check(links)
+    block = emulated_cluster.describe(links)
+    assert block["emulated"] is True and block["measured_gbps"] == [round(l.gbps, 4) for l in links]
+    assert block["netem_available"] is netns.netem_available() and "not emulated" in block["latency"]
+
+
+def test_a_link_below_the_set_rate_is_refused(emulated_cluster):
+    slow = netns.Cluster(emulated_cluster.hosts, "3gbit")  # the wire is tbf'd to 300mbit
+    with pytest.raises(netns.LinkTooSlow, match=r"not within 5% of link=3gbit"):
+        slow.check(emulated_cluster.measure())
+
+
+def test_a_crashed_owners_leftovers_are_cleared_by_the_next_up_and_down_leaves_nothing(emulated_cluster):
+    """A run that brought up its cluster and was SIGKILLed leaves namespaces behind; the next
+    `up` finds them by the prefix, sees the owner is dead, and clears them; `down` then leaves
+    `ip netns list` and `ip link` as they were. (Uses the session's cluster slot: it is brought
+    back up at the end.)"""
+    before_ns = [n for n in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split("\n")
+                 if n and not n.startswith(netns.PREFIX)]
+    netns.down()
+    crasher = subprocess.Popen([sys.executable, "-c", textwrap.dedent("""
+        import os, signal
+        from ddlbench.launch import netns
+        netns.up(3, "1gbit", owner_pid=os.getpid())
+        print("up", flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)], stdout=subprocess.PIPE, text=True)
+    assert crasher.stdout.readline().strip() == "up"
+    crasher.wait()
+    try:
+        left = netns.leftovers()
+        assert "netns ddlb-h2" in left and "link ddlb-br" in left and netns.owner_alive() is None
+        c = netns.up(2, emulated_cluster.link)
+        assert [h.hostname for h in c.hosts] == ["ddlb-node0", "ddlb-node1"] and "netns ddlb-h2" not in netns.leftovers()
+        assert "ddlb-node1" in open(netns.HOSTS_FILE).read()
+        netns.down()
+        assert netns.leftovers() == [] and netns.HOSTS_BEGIN not in open(netns.HOSTS_FILE).read()
+        after_ns = [n for n in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split("\n") if n]
+        assert after_ns == before_ns
+        assert not [l for l in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout.splitlines()
+                    if netns.PREFIX in l]
+    finally:
+        restore(emulated_cluster)  # the session's cluster, for the tests after this one
+
+
+def test_a_live_runs_cluster_is_not_taken(emulated_cluster):
+    netns.down()
+    owner = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        netns.up(2, emulated_cluster.link, owner_pid=owner.pid)
+        with pytest.raises(netns.NetnsError, match=f"up for run pid {owner.pid}"):
+            netns.up(2, emulated_cluster.link)
+    finally:
+        owner.kill()
+        owner.wait()
+        restore(emulated_cluster)  # owner dead: its cluster is leftovers, replaced
+    assert netns.owner_alive() is None
+
+
+def test_processes_left_in_a_host_are_killed_on_down(emulated_cluster):
+    netns.down()
+    c = netns.up(1, "none")
+    daemon = subprocess.Popen([*c.hosts[0].exec_prefix(), "sleep", "300"])
+    try:
+        netns.down()
+        assert daemon.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        if daemon.poll() is None:
+            daemon.kill()
+        restore(emulated_cluster)
