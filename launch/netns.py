@@ -150,8 +150,10 @@ class Host:
         return ["nsenter", f"--net={NETNS_DIR / self.netns}", f"--uts={self.uts_file}", "--"]
 
     def env(self) -> dict:
-        """What a rank on this host needs: Gloo and the PS wire on this host's interface."""
-        return {"GLOO_SOCKET_IFNAME": IFNAME, "DDLBENCH_PS_IFNAME": IFNAME}
+        """What a rank on this host needs: Gloo, NCCL's sockets and the PS wire on this host's
+        interface. (With GPUs, NCCL tells hosts apart by hostname, so ranks on different emulated
+        hosts use its socket transport over the shaped link; unverified: no GPU here.)"""
+        return {"GLOO_SOCKET_IFNAME": IFNAME, "NCCL_SOCKET_IFNAME": IFNAME, "DDLBENCH_PS_IFNAME": IFNAME}
 
 
 def host(i: int) -> Host:
