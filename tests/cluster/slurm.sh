@@ -102,9 +102,17 @@ CONF
     ;;
 stop)
     dir=${2:?DIR}
+    pids=""
     for f in "$dir"/slurmd*.pid "$dir/slurmctld.pid" "$dir/munge/munged.pid"; do
-        [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null || true
+        [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null && pids="$pids $(cat "$f")" || true
     done
+    for _ in $(seq 1 50); do  # gone within 10 s, or said
+        left=""; for p in $pids; do [ -d "/proc/$p" ] && left="$left $p"; done
+        [ -z "$left" ] && exit 0
+        sleep 0.2
+    done
+    echo "slurm.sh: daemon(s)$left still running after SIGTERM" >&2
+    exit 1
     ;;
 *) echo "usage: slurm.sh install|start DIR|stop DIR" >&2; exit 2 ;;
 esac

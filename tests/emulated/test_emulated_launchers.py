@@ -23,8 +23,17 @@ pytestmark = pytest.mark.netns
 
 PROTOCOL = ["model=tiny-resnet", "workers=2", "profile.warmup_iters=1", "profile.measured_iters=2",
             "profile.repeats=1", "local_batch=4", "trace=true", "save_params=true"]
-no_sshd = pytest.mark.skipif(sshd.unavailable() is not None, reason=str(sshd.unavailable()))
 hvd_ok, hvd_why = horovod_available()
+
+
+@pytest.fixture(scope="module")
+def with_sshd():
+    """OpenSSH installed (launch/install/sshd.sh), or a skip saying why it cannot be."""
+    inst = subprocess.run(["bash", str(REPO / "launch" / "install" / "sshd.sh")], capture_output=True, text=True,
+                          timeout=600)
+    if inst.returncode == 3:
+        pytest.skip(inst.stderr.strip())
+    assert inst.returncode == 0 and sshd.unavailable() is None, inst.stderr[-2000:]
 
 
 def assert_lossless(rec):
@@ -72,8 +81,7 @@ def test_slurm_runs_a_ps_job_across_emulated_nodes(emulated_slurm, tmp_path):
     assert_servers_on_their_own_host(rec)
 
 
-@no_sshd
-def test_sshd_per_host_admits_the_job_key_only_and_stops_on_error(emulated_cluster):
+def test_sshd_per_host_admits_the_job_key_only_and_stops_on_error(with_sshd, emulated_cluster):
     h0, h1 = emulated_cluster.hosts[:2]
     with pytest.raises(RuntimeError, match="inside the block"):
         with sshd.daemons(emulated_cluster.hosts[:2]) as ssh:
@@ -88,9 +96,8 @@ def test_sshd_per_host_admits_the_job_key_only_and_stops_on_error(emulated_clust
     assert nothing_left(emulated_cluster.hosts) == []
 
 
-@no_sshd
 @pytest.mark.skipif(not hvd_ok, reason=hvd_why)
-def test_horovodrun_across_hosts(emulated_cluster, tmp_path):
+def test_horovodrun_across_hosts(with_sshd, emulated_cluster, tmp_path):
     ddlbench("method=wfbp-a2a", "engine=horovod", *PROTOCOL, "launcher=emulated",
              f"launcher.link={emulated_cluster.link}", results=tmp_path, check=True)
     (rec,) = records(tmp_path)
@@ -100,8 +107,7 @@ def test_horovodrun_across_hosts(emulated_cluster, tmp_path):
     assert nothing_left(emulated_cluster.hosts) == []
 
 
-@no_sshd
-def test_mpirun_across_hosts_with_the_ps_server_on_its_own(emulated_cluster, tmp_path):
+def test_mpirun_across_hosts_with_the_ps_server_on_its_own(with_sshd, emulated_cluster, tmp_path):
     ddlbench("method=bsp-ps", "servers=1", *PROTOCOL, "launcher=emulated", "launcher.via=mpirun",
              f"launcher.link={emulated_cluster.link}", results=tmp_path, check=True)
     (rec,) = records(tmp_path)
@@ -111,9 +117,8 @@ def test_mpirun_across_hosts_with_the_ps_server_on_its_own(emulated_cluster, tmp
     assert nothing_left(emulated_cluster.hosts) == []
 
 
-@no_sshd
 @pytest.mark.skipif(not hvd_ok, reason=hvd_why)
-def test_sigterm_stops_every_hosts_ranks_and_ssh_servers(emulated_cluster, tmp_path):
+def test_sigterm_stops_every_hosts_ranks_and_ssh_servers(with_sshd, emulated_cluster, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "ddlbench", "method=bsp-a2a", "engine=horovod", *PROTOCOL,
                              "launcher=emulated", f"launcher.link={emulated_cluster.link}",
                              "profile.measured_iters=100000", f"results_dir={tmp_path}"], cwd=REPO,
