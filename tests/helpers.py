@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -57,6 +58,8 @@ def slurm_cluster(d: Path, emulated: bool = False):
     assert inst.returncode == 0, inst.stderr[-2000:]
     env = dict(os.environ, SLURMCTLD_PORT=str(free_port()), SLURMD_PORT=str(free_port()), PYTHON=sys.executable,
                EMULATED=str(int(emulated)))
+    # SIGTERM (a CI cancel, `timeout`) ends the session as Ctrl-C does, so the daemons are stopped
+    old_handler = signal.signal(signal.SIGTERM, _interrupt)
     start = subprocess.run(["bash", str(SLURM_SCRIPT), "start", str(d)], env=env, capture_output=True, text=True,
                            timeout=120)
     try:
@@ -73,6 +76,11 @@ def slurm_cluster(d: Path, emulated: bool = False):
                         break
                     time.sleep(0.1)
                 assert not Path(f"/proc/{pid}").exists(), f"{f.name}: daemon {pid} still running"
+        signal.signal(signal.SIGTERM, old_handler)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def records(results: Path) -> list[dict]:

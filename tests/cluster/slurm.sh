@@ -104,7 +104,8 @@ stop)
     dir=${2:?DIR}
     pids=""
     for f in "$dir"/slurmd*.pid "$dir/slurmctld.pid" "$dir/munge/munged.pid"; do
-        [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null && pids="$pids $(cat "$f")" || true
+        # read before the kill: a daemon removes its pid file as it exits
+        p=$(cat "$f" 2>/dev/null) && kill "$p" 2>/dev/null && pids="$pids $p" || true
     done
     for _ in $(seq 1 50); do  # gone within 10 s, or said
         left=""; for p in $pids; do [ -d "/proc/$p" ] && left="$left $p"; done
