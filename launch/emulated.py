@@ -213,23 +213,33 @@ def start_over_ssh(cfg, c: netns.Cluster, launch_dir: Path, env: dict) -> tuple[
     the other hosts' over ssh, under the local launcher's watchdog. Whatever ends it, no rank
     on any host outlives it (the hosts share this kernel's pids: `pids.on_hosts`) and the ssh
     servers stop."""
-    from . import horovodrun, local, mpirun, sshd, worker_command
-    from .slurm import host_slots, plan
+    from . import local, sshd
 
     first = c.hosts[0]
-    slots = host_slots([h.hostname for h in c.hosts], plan(cfg))
     with sshd.daemons(c.hosts) as ssh:
         env = ssh.env({**env, **first.env()})
-        if via(cfg) == "horovodrun":  # --disable-cache: horovodrun would keep its ssh check under ~/.horovod
-            cmd = horovodrun.argv(cfg.workers + cfg.servers, slots, netns.IFNAME, cfg.comm_timeout_s) + \
-                ["--disable-cache", *cfg.launcher.get("extra_args", [])] + worker_command(launch_dir)
-        else:
-            cmd = mpirun.command(cfg, launch_dir, env, hosts=slots, ssh=str(ssh.exe))
+        cmd = ssh_launch_command(cfg, c.hosts, launch_dir, env, str(ssh.exe))
         try:
             return local.start(cfg, launch_dir, env, [*first.exec_prefix(), *cmd])
         finally:
             with local.deferred_signals():
                 stop_ranks(launch_dir, [h.hostname for h in c.hosts])
+
+
+def ssh_launch_command(cfg, hosts: list[netns.Host], launch_dir: Path, env: dict, ssh: str) -> list[str]:
+    """horovodrun's or mpiexec's line on host 0 for `hosts`, the plan's slots on each. On one
+    host horovodrun gets none: with every host local it insists on the loopback interface
+    ("No interface is found for address 127.0.0.1" for eth0), as with launcher=horovodrun here."""
+    from . import horovodrun, mpirun, worker_command
+    from .slurm import host_slots, plan
+
+    slots = host_slots([h.hostname for h in hosts], plan(cfg))
+    if via(cfg) == "mpirun":
+        return mpirun.command(cfg, launch_dir, env, hosts=slots, ssh=ssh)
+    multi = len(hosts) > 1  # --disable-cache: horovodrun would keep its ssh check under ~/.horovod
+    return horovodrun.argv(cfg.workers + cfg.servers, slots if multi else None, netns.IFNAME if multi else None,
+                           cfg.comm_timeout_s) + ["--disable-cache", *cfg.launcher.get("extra_args", [])] + \
+        worker_command(launch_dir)
 
 
 def stop_ranks(launch_dir: Path, hostnames: list[str]) -> None:
