@@ -88,7 +88,7 @@ def ours(records: list[dict]) -> dict[Setup, Cells]:
     ok = [r for r in records if r.get("status") == "ok" and r.get("samples_per_sec") is not None]
     setup_hash = [config_hash(r.get("config"), SETUP_DROPS) for r in ok]
     # the method's own settings and its server count: one method's variants within a setup
-    method_hash = [config_hash({"method": (r.get("config") or {}).get("method"), "servers": r.get("servers")})
+    method_hash = [config_hash({"method": (r.get("config") or {}).get("method"), "servers": _servers_set(r)})
                    if r.get("config") else None for r in ok]
     by_setup, by_method = defaultdict(set), defaultdict(set)
     for r, sh, mh in zip(ok, setup_hash, method_hash):
@@ -106,6 +106,16 @@ def ours(records: list[dict]) -> dict[Setup, Cells]:
         setup = Setup("ours", r["model"], r["local_batch"], network)
         samples[setup][(method, r["workers"])].extend(r.get("samples_per_sec_per_repeat") or [r["samples_per_sec"]])
     return {s: {k: cell_of(v) for k, v in c.items()} for s, c in samples.items()}
+
+
+def _servers_set(rec: dict):
+    """The record's server count where it was set by hand; None where it is the default (one per
+    worker machine, `servers: auto`), which follows the worker count as the table's columns do."""
+    import math
+
+    per_node = ((rec.get("config") or {}).get("launcher") or {}).get("workers_per_node") or rec.get("workers") or 1
+    auto = math.ceil((rec.get("workers") or 0) / per_node) if rec.get("servers") else 0
+    return None if rec.get("servers") == auto else rec.get("servers")
 
 
 def cell_of(samples_per_sec_per_repeat: list[float]) -> Cell:

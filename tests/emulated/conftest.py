@@ -22,6 +22,10 @@ def emulated_cluster():
     """HOSTS hosts at LINK, interactive (as `make cluster-up`), removed at the end of the session."""
     if netns.owner_alive():
         pytest.skip(f"an emulated cluster is in use by run pid {netns.owner_alive()}")
+    up = netns.current()
+    if up is not None and up.owner_pid is None:  # someone's `make cluster-up`: one cluster per machine
+        pytest.skip(f"an interactive emulated cluster is up ({len(up.hosts)} hosts, link={up.link}); "
+                    f"these tests would take it down: `make cluster-down` first")
     c = netns.up(HOSTS, LINK)
     try:
         yield c

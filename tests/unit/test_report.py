@@ -159,3 +159,20 @@ def test_emulated_runs_are_a_setup_of_their_own_labelled_with_the_measured_rate(
                     "cpu/gloo emulated 300mbit (measured 0.299-0.3 Gbit/s per link, no added latency)"]
     slow = next(c for s, c in setups.items() if "300mbit" in s.network)
     assert set(slow) == {("bsp-a2a", 2), ("bsp-ps", 2)}  # one setup, both methods
+
+
+def test_ps_runs_with_the_default_servers_share_a_row_across_worker_counts():
+    """servers=auto gives one server per worker machine, so 2 and 4 workers on one worker per
+    machine run 2 and 4 servers: one method, one row (a server count set by hand is a variant)."""
+    from ddlbench.analysis import tables
+
+    def rec(workers, servers, sps):
+        cfg = {"method": {"name": "bsp-ps"}, "launcher": {"workers_per_node": 1}, "model": {"name": "m"}}
+        return {"status": "ok", "method": "bsp-ps", "model": "m", "workers": workers, "servers": servers, "local_batch": 4,
+                "device": "cpu", "backend": "gloo", "engine": "torch", "samples_per_sec": sps,
+                "samples_per_sec_per_repeat": [sps], "config": dict(cfg, workers=workers, servers=servers)}
+
+    (cells,) = tables.ours([rec(2, 2, 1.0), rec(4, 4, 2.0)]).values()
+    assert set(cells) == {("bsp-ps", 2), ("bsp-ps", 4)}
+    (cells,) = tables.ours([rec(2, 2, 1.0), rec(4, 1, 2.0)]).values()
+    assert len({m for m, _ in cells}) == 2 and all(m.startswith("bsp-ps cfg ") for m, _ in cells)
