@@ -29,16 +29,20 @@ all_methods := $(if $(filter horovod,$(ENGINE)),$(HVD_METHODS),$(ALL_METHODS))
 methods  := $(if $(filter all,$(METHOD)),$(all_methods),$(METHOD))
 # CLUSTER=slurm submits batch jobs; CLUSTER=emulated runs NODES hosts as network namespaces of this
 # machine (root), links shaped to LINK (any tc rate; INTRA_LINK shapes traffic inside a host);
-# locally Horovod starts with horovodrun, the rest with torchrun.
+# locally Horovod starts with horovodrun, the rest with torchrun. On CLUSTER=emulated, LAUNCHER=
+# torchrun|horovodrun|mpirun says how the ranks start across the hosts (launcher.via: torchrun per
+# host; horovodrun, the default with ENGINE=horovod, or mpirun from the first host over ssh).
 LAUNCHER ?= $(if $(filter slurm emulated,$(CLUSTER)),$(CLUSTER),$(if $(filter horovod,$(ENGINE)),horovodrun,local))
 PARTITION ?=
 GPUS_PER_NODE ?=
 NODES    ?=
 LINK     ?=
 INTRA_LINK ?=
-emulated_args := $(if $(filter emulated,$(LAUNCHER)),$(if $(NODES),launcher.nodes=$(NODES)) \
-	$(if $(LINK),launcher.link=$(LINK)) $(if $(INTRA_LINK),launcher.intra_link=$(INTRA_LINK)))
-cluster_args := engine=$(ENGINE) launcher=$(LAUNCHER) $(if $(DRY_RUN),launcher.dry_run=true) \
+VIA      := $(if $(filter emulated,$(CLUSTER)),$(filter torchrun horovodrun mpirun,$(LAUNCHER)))
+launcher_name := $(if $(VIA),emulated,$(LAUNCHER))
+emulated_args := $(if $(filter emulated,$(launcher_name)),$(if $(NODES),launcher.nodes=$(NODES)) \
+	$(if $(LINK),launcher.link=$(LINK)) $(if $(INTRA_LINK),launcher.intra_link=$(INTRA_LINK)) $(if $(VIA),launcher.via=$(VIA)))
+cluster_args := engine=$(ENGINE) launcher=$(launcher_name) $(if $(DRY_RUN),launcher.dry_run=true) \
 	$(if $(PARTITION),launcher.partition=$(PARTITION)) $(if $(GPUS_PER_NODE),launcher.workers_per_node=$(GPUS_PER_NODE)) \
 	$(emulated_args)
 run_args := model=$(MODEL) profile=$(PROFILE) results_dir=$(RESULTS) $(cluster_args) \
@@ -112,11 +116,19 @@ bench: install
 
 # The emulated cluster by hand: `make cluster-up NODES=4 LINK=1gbit [INTRA_LINK=...]` (runs that fit
 # it use it), `make shell NODE=2` (a shell on host 2), `make cluster-down` (also clears a crashed
-# run's leftovers). Needs root.
+# run's leftovers). Needs root. SLURM=1 also starts Slurm across the hosts (slurmctld on the
+# bridge, one slurmd per host; tests/cluster/slurm.sh), for `export SLURM_CONF=$(SLURM_DIR)/slurm.conf`
+# and `make reproduce CLUSTER=slurm PARTITION=debug GPUS_PER_NODE=1 OVERRIDES=device=cpu`.
 NODE ?= 0
+SLURM ?=
+SLURM_DIR ?= /run/ddlbench-slurm
+slurm_sh := PYTHON=$(PY) EMULATED=1 bash tests/cluster/slurm.sh
 cluster-up: install
 	$(PY) -m ddlbench.launch.netns up $(or $(NODES),4) $(or $(LINK),1gbit) $(INTRA_LINK)
+	$(if $(SLURM),$(slurm_sh) install && $(slurm_sh) start $(SLURM_DIR) && \
+		echo "export SLURM_CONF=$(SLURM_DIR)/slurm.conf  # then: make reproduce CLUSTER=slurm PARTITION=debug ...")
 cluster-down: install
+	@if [ -f $(SLURM_DIR)/slurm.conf ]; then $(slurm_sh) stop $(SLURM_DIR) && rm -rf $(SLURM_DIR); fi
 	$(PY) -m ddlbench.launch.netns down
 cluster-status: install
 	$(PY) -m ddlbench.launch.netns status

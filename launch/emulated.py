@@ -9,6 +9,12 @@ Where Slurm's srun starts `node_main` on each node, this launcher starts `python
 ddlbench.launch.emulated` inside each host's namespaces (nsenter), with Gloo and the PS wire on
 the host's interface. Only the wire's speed is emulated; no latency is added (no netem here).
 
+How the ranks start (`launcher.via`): `torchrun` as above; `horovodrun` (the default with
+engine=horovod) or `mpirun` (MPICH Hydra, or Open MPI) run on host 0, as a user would run them
+on a cluster's first node, and reach the other hosts over ssh: one sshd per host for the launch
+(launch/sshd.py: a job-local host key and client key, bound to the host's address), hosts and
+slots from the same plan (`-H`/`-hosts host0:n0,host1:n1,...`), the hosts' interface `eth0`.
+
 Before the ranks start, every link in use is measured host to host and must come within 5% of
 the set rate, or the run is recorded as failed without starting. The record gets `network`
 (`netns.Cluster.describe`) and each rank's host name.
@@ -30,6 +36,16 @@ from pathlib import Path
 from . import netns
 
 POLL_S = 0.2
+VIA = ("auto", "torchrun", "horovodrun", "mpirun")
+
+
+def via(cfg) -> str:
+    """How the ranks start: launcher.via; `auto` is horovodrun for engine=horovod (as on one
+    host), else torchrun."""
+    v = cfg.launcher.get("via", "auto")
+    if v == "auto":
+        return "horovodrun" if cfg.engine.name == "horovod" else "torchrun"
+    return v
 
 
 def hosts_needed(cfg) -> int:
@@ -66,9 +82,38 @@ def check(cfg) -> None:
     if cfg.device == "cpu" and procs > cap:
         raise ConfigError(f"workers={cfg.workers} + servers={cfg.servers} is more processes than this machine's CPUs "
                           f"carry ({cap}: launcher.max_workers_per_cpu x cores); accepted: workers + servers <= {cap}")
+    _check_via(cfg)
     reason = netns.unavailable()
     if reason:
         raise ConfigError(f"launcher=emulated: {reason}")
+
+
+def _check_via(cfg) -> None:
+    """launcher.via against the engine and what is installed; `auto` resolved in place, so the
+    record says which it was."""
+    from ddlbench.config import ConfigError
+
+    v = cfg.launcher.get("via", "auto")
+    if v not in VIA:
+        raise ConfigError(f"launcher.via={v!r} is invalid; accepted: {', '.join(VIA)}")
+    how = cfg.launcher.via = via(cfg)
+    if how == "torchrun" and cfg.engine.name == "horovod":
+        raise ConfigError("launcher.via=torchrun with engine=horovod: Horovod's ranks are started by horovodrun or "
+                          "mpirun; accepted: launcher.via=horovodrun, mpirun or auto")
+    if how == "horovodrun" and cfg.engine.name != "horovod":
+        raise ConfigError(f"launcher.via=horovodrun starts Horovod jobs; accepted with engine=horovod only "
+                          f"(engine={cfg.engine.name})")
+    if how == "torchrun":
+        return
+    if how == "mpirun":
+        from .mpirun import executable
+
+        executable(cfg)  # an MPI is installed
+    from . import sshd
+
+    reason = sshd.unavailable()
+    if reason:
+        raise ConfigError(f"launcher=emulated with launcher.via={how}: {reason}")
 
 
 def run(cfg, rec: dict, run_dir: Path, results: Path) -> None:
@@ -95,7 +140,8 @@ def run(cfg, rec: dict, run_dir: Path, results: Path) -> None:
             return
         env = run_env(cfg, local_procs=cfg.workers + cfg.servers)  # every host shares this machine's cores
         rec["env"] = record.env_knobs({**env, **used.hosts[0].env()})
-        launch_and_record(cfg, rec, run_dir, results, lambda k, d: start(cfg, used, d, env))
+        launch = start if via(cfg) == "torchrun" else start_over_ssh
+        launch_and_record(cfg, rec, run_dir, results, lambda k, d: launch(cfg, used, d, env))
 
 
 class _cluster:
@@ -160,6 +206,56 @@ def start(cfg, c: netns.Cluster, launch_dir: Path, env: dict) -> tuple[int, str 
     rcs = [p.returncode for p in procs]
     rc = next((r for r in rcs if r != 0), 0)
     return rc, None if rc == 0 else local.failure_reason(launch_dir, cfg.workers, rc, cfg.servers)
+
+
+def start_over_ssh(cfg, c: netns.Cluster, launch_dir: Path, env: dict) -> tuple[int, str | None]:
+    """One launch by horovodrun or mpiexec on host 0, which starts host 0's ranks itself and
+    the other hosts' over ssh, under the local launcher's watchdog. Whatever ends it, no rank
+    on any host outlives it (the hosts share this kernel's pids: `pids.on_hosts`) and the ssh
+    servers stop."""
+    from . import local, sshd
+
+    first = c.hosts[0]
+    with sshd.daemons(c.hosts) as ssh:
+        env = ssh.env({**env, **first.env()})
+        cmd = ssh_launch_command(cfg, c.hosts, launch_dir, env, str(ssh.exe))
+        try:
+            return local.start(cfg, launch_dir, env, [*first.exec_prefix(), *cmd])
+        finally:
+            with local.deferred_signals():
+                stop_ranks(launch_dir, [h.hostname for h in c.hosts])
+
+
+def ssh_launch_command(cfg, hosts: list[netns.Host], launch_dir: Path, env: dict, ssh: str) -> list[str]:
+    """horovodrun's or mpiexec's line on host 0 for `hosts`, the plan's slots on each. On one
+    host horovodrun gets none: with every host local it insists on the loopback interface
+    ("No interface is found for address 127.0.0.1" for eth0), as with launcher=horovodrun here."""
+    from . import horovodrun, mpirun, worker_command
+    from .slurm import host_slots, plan
+
+    slots = host_slots([h.hostname for h in hosts], plan(cfg))
+    if via(cfg) == "mpirun":
+        return mpirun.command(cfg, launch_dir, env, hosts=slots, ssh=ssh)
+    multi = len(hosts) > 1  # --disable-cache: horovodrun would keep its ssh check under ~/.horovod
+    return horovodrun.argv(cfg.workers + cfg.servers, slots if multi else None, netns.IFNAME if multi else None,
+                           cfg.comm_timeout_s) + ["--disable-cache", *cfg.launcher.get("extra_args", [])] + \
+        worker_command(launch_dir)
+
+
+def stop_ranks(launch_dir: Path, hostnames: list[str]) -> None:
+    """SIGTERM, then SIGKILL, every rank of these hosts still running (by its pid file)."""
+    from . import local, pids
+
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for e in pids.on_hosts(launch_dir, hostnames):
+            pids.send(e, sig)
+        deadline = time.monotonic() + local.GRACE_S
+        while pids.on_hosts(launch_dir, hostnames):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(POLL_S)
+        else:
+            return
 
 
 def _stop(procs: list[subprocess.Popen]) -> None:

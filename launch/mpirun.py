@@ -35,14 +35,17 @@ def flavour(exe: str) -> str:
     return "mpich" if "HYDRA" in out or "Intel" in out else "unknown"
 
 
-def command(cfg, run_dir: Path, env: dict) -> list[str]:
+def command(cfg, run_dir: Path, env: dict, hosts: str | None = None, ssh: str | None = None) -> list[str]:
+    """The mpiexec line for every rank: on `hosts` ("h1:n1,h2:n2"; default launcher.hosts, null =
+    this host), reached with `ssh` where given (the emulated cluster's job-local ssh; default:
+    the MPI's own choice)."""
     from . import worker_command
 
     exe = executable(cfg)
     kind = flavour(exe)
     n = cfg.workers + cfg.servers
     cmd = [exe, "-n", str(n)]
-    hosts = cfg.launcher.hosts
+    hosts = cfg.launcher.get("hosts") if hosts is None else hosts
     if kind == "openmpi":
         if os.geteuid() == 0:
             cmd.append("--allow-run-as-root")
@@ -50,14 +53,19 @@ def command(cfg, run_dir: Path, env: dict) -> list[str]:
             cmd.append("--oversubscribe")
         if hosts:
             cmd += ["--host", hosts]
+        if ssh:
+            cmd += ["--mca", "plm_rsh_agent", ssh]
         for key in ("MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS", "PYTHONUNBUFFERED"):
             cmd += ["-x", key]
-    elif hosts:
-        cmd += ["-hosts", hosts]
+    else:
+        if hosts:
+            cmd += ["-hosts", hosts]
+        if ssh:  # Hydra's ssh bootstrap, with this ssh (else it may pick slurm or rsh by itself)
+            cmd += ["-launcher", "ssh", "-launcher-exec", ssh]
     first = hosts.split(",")[0].split(":")[0] if hosts else "localhost"
     env["MASTER_ADDR"] = "127.0.0.1" if first == "localhost" else first
     env["MASTER_PORT"] = str(free_port())
-    return cmd + list(cfg.launcher.extra_args) + worker_command(run_dir)
+    return cmd + list(cfg.launcher.get("extra_args", [])) + worker_command(run_dir)
 
 
 def free_port() -> int:

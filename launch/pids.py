@@ -72,8 +72,14 @@ def entries(run_dir: Path) -> list[Entry]:
 
 def own(run_dir: Path) -> list[Entry]:
     """The ranks this host started whose process still runs: same host, same start time."""
-    host = socket.gethostname()
-    return [e for e in entries(run_dir) if e.host == host and _running(e)]
+    return on_hosts(run_dir, [socket.gethostname()])
+
+
+def on_hosts(run_dir: Path, hosts) -> list[Entry]:
+    """The ranks of these hosts whose process still runs (same start time): only for hosts
+    that share this kernel's process ids, as an emulated cluster's hosts do."""
+    names = set(hosts)
+    return [e for e in entries(run_dir) if e.host in names and _running(e)]
 
 
 def _running(e: Entry) -> bool:

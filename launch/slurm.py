@@ -442,6 +442,12 @@ def _horovod_command(cfg, run_dir: Path, hosts: list[str], counts: list[int]) ->
     """horovodrun on node 0 over every node of the job (ssh to the others, as horovodrun does)."""
     from . import horovodrun, worker_command
 
-    hosts_arg = ",".join(f"{h}:{n}" for h, n in zip(hosts, counts)) if len(hosts) > 1 else None
+    hosts_arg = host_slots(hosts, counts) if len(hosts) > 1 else None
     return horovodrun.argv(sum(counts), hosts_arg, cfg.launcher.get("network_interface"), cfg.comm_timeout_s) + \
         worker_command(run_dir)
+
+
+def host_slots(hosts: list[str], counts: list[int]) -> str:
+    """`host0:n0,host1:n1,...`: the plan's processes per host, as horovodrun -H and mpiexec -hosts
+    take them (both fill the hosts in order, so ranks stay contiguous per host, as here)."""
+    return ",".join(f"{h}:{n}" for h, n in zip(hosts, counts))

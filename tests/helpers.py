@@ -1,11 +1,16 @@
-"""Helpers shared by the multi-process tests: run the CLI, read its records."""
+"""Helpers shared by the multi-process tests: run the CLI, read its records, start Slurm."""
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import pytest
 import torch
 from omegaconf import OmegaConf
 
@@ -15,10 +20,12 @@ from ddlbench.models.data import batch_index, stream_seed
 REPO = Path(__file__).resolve().parents[1]
 
 
-def ddlbench(*args: str, results: Path, timeout: float = 300, check: bool = False) -> subprocess.CompletedProcess:
-    """Run `python -m ddlbench ARGS results_dir=RESULTS` and return the finished process."""
+def ddlbench(*args: str, results: Path, timeout: float = 300, check: bool = False,
+             env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run `python -m ddlbench ARGS results_dir=RESULTS` (with `env` added to the environment)
+    and return the finished process."""
     cmd = [sys.executable, "-m", "ddlbench", *args, f"results_dir={results}"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO, env=_env())
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO, env={**_env(), **(env or {})})
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc
@@ -26,6 +33,54 @@ def ddlbench(*args: str, results: Path, timeout: float = 300, check: bool = Fals
 
 def _env() -> dict:
     return dict(os.environ, PYTHONUNBUFFERED="1")
+
+
+SLURM_SCRIPT = REPO / "tests" / "cluster" / "slurm.sh"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def slurm_cluster(d: Path, emulated: bool = False):
+    """A Slurm cluster of tests/cluster/slurm.sh in `d` (single-node, or one slurmd per host of
+    the emulated cluster that is up), on free ports; yields its slurm.conf. At the end every
+    daemon is stopped by its pid file and must be gone. Skips, with the reason, where Slurm
+    cannot be started or installed (not root, no apt-get)."""
+    if os.geteuid() != 0:
+        pytest.skip("starting slurmctld and slurmd here needs root")
+    inst = subprocess.run(["bash", str(SLURM_SCRIPT), "install"], capture_output=True, text=True, timeout=1200)
+    if inst.returncode == 3:
+        pytest.skip(inst.stderr.strip())
+    assert inst.returncode == 0, inst.stderr[-2000:]
+    env = dict(os.environ, SLURMCTLD_PORT=str(free_port()), SLURMD_PORT=str(free_port()), PYTHON=sys.executable,
+               EMULATED=str(int(emulated)))
+    # SIGTERM (a CI cancel, `timeout`) ends the session as Ctrl-C does, so the daemons are stopped
+    old_handler = signal.signal(signal.SIGTERM, _interrupt)
+    start = subprocess.run(["bash", str(SLURM_SCRIPT), "start", str(d)], env=env, capture_output=True, text=True,
+                           timeout=120)
+    try:
+        assert start.returncode == 0, start.stdout + start.stderr
+        yield d / "slurm.conf"
+    finally:
+        pid_files = [*d.glob("slurm*.pid"), d / "munge" / "munged.pid"]
+        subprocess.run(["bash", str(SLURM_SCRIPT), "stop", str(d)], timeout=60)
+        for f in pid_files:
+            if f.exists():
+                pid = int(f.read_text())
+                for _ in range(50):
+                    if not Path(f"/proc/{pid}").exists():
+                        break
+                    time.sleep(0.1)
+                assert not Path(f"/proc/{pid}").exists(), f"{f.name}: daemon {pid} still running"
+        signal.signal(signal.SIGTERM, old_handler)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def records(results: Path) -> list[dict]:

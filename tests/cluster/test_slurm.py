@@ -4,57 +4,29 @@ Slurm cannot be installed (not root, no apt-get)."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from helpers import REPO, ddlbench, records
+from helpers import REPO, ddlbench, records, slurm_cluster
 
 pytestmark = pytest.mark.cluster
-SCRIPT = REPO / "tests" / "cluster" / "slurm.sh"
 # One node: both workers on it, and the PS server beside them; on its CPU (this cluster has no GPUs,
 # and on Slurm the default device is cuda).
 ONE_NODE = ["launcher.workers_per_node=2", "launcher.servers_on_own_nodes=false", "device=cpu"]
 QUICK = ["WARMUP=1", "ITERS=2", "REPEATS=1", "MODEL=tiny-resnet"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.skip("starting slurmctld and slurmd here needs root")
-    inst = subprocess.run(["bash", str(SCRIPT), "install"], capture_output=True, text=True, timeout=1200)
-    if inst.returncode == 3:
-        pytest.skip(inst.stderr.strip())
-    assert inst.returncode == 0, inst.stderr[-2000:]
-    d = tmp_path_factory.mktemp("slurm")
-    env = dict(os.environ, SLURMCTLD_PORT=str(_free_port()), SLURMD_PORT=str(_free_port()))
-    start = subprocess.run(["bash", str(SCRIPT), "start", str(d)], env=env, capture_output=True, text=True, timeout=120)
-    pids = [d / "slurmctld.pid", d / "slurmd.pid", d / "munge" / "munged.pid"]
-    try:
-        assert start.returncode == 0, start.stdout + start.stderr
-        os.environ["SLURM_CONF"] = str(d / "slurm.conf")  # for this process's sinfo and the CLI it starts
-        yield d
-    finally:
-        os.environ.pop("SLURM_CONF", None)
-        subprocess.run(["bash", str(SCRIPT), "stop", str(d)], timeout=60)
-        for f in pids:
-            if f.exists():
-                pid = int(f.read_text())
-                for _ in range(50):
-                    if not Path(f"/proc/{pid}").exists():
-                        break
-                    time.sleep(0.1)
-                assert not Path(f"/proc/{pid}").exists(), f"{f.name}: daemon {pid} still running"
+    with slurm_cluster(tmp_path_factory.mktemp("slurm")) as conf:
+        os.environ["SLURM_CONF"] = str(conf)  # for this process's sinfo and the CLI it starts
+        try:
+            yield conf.parent
+        finally:
+            os.environ.pop("SLURM_CONF", None)
 
 
 def make(*args, timeout=600):

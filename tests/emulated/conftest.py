@@ -32,3 +32,14 @@ def emulated_cluster():
     finally:
         netns.down()
 
+
+
+@pytest.fixture(scope="session")
+def emulated_slurm(emulated_cluster, tmp_path_factory):
+    """Slurm across the emulated hosts (tests/cluster/slurm.sh with EMULATED=1): slurmctld on the
+    bridge's address, one slurmd per host in its namespaces; yields {"SLURM_CONF": path} for the
+    clients. Stopped at the end of the session, every daemon gone."""
+    from helpers import slurm_cluster
+
+    with slurm_cluster(tmp_path_factory.mktemp("slurm-emulated"), emulated=True) as conf:
+        yield {"SLURM_CONF": str(conf)}
