@@ -10,6 +10,7 @@ start-ups and timeouts, not CPU. Each test module is one group, so a module's sh
 import pytest
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
 def pytest_collection_modifyitems(config, items):
     import torch
 
