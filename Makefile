@@ -36,7 +36,7 @@ run_args := model=$(MODEL) profile=$(PROFILE) results_dir=$(RESULTS) $(cluster_a
 	$(if $(WARMUP),profile.warmup_iters=$(WARMUP)) $(if $(ITERS),profile.measured_iters=$(ITERS)) \
 	$(if $(REPEATS),profile.repeats=$(REPEATS)) $(OVERRIDES)
 
-.PHONY: install horovod test reproduce reproduce-paper bench summary figures commbench clean
+.PHONY: install horovod test reproduce reproduce-paper bench summary figures commbench predict clean
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -82,6 +82,13 @@ reproduce-paper: install
 		$(PY) -m ddlbench method=bsp-a2a workers=1 model=$${e#*-} profile=study device=cuda skip_recorded=true \
 			$(paper_args) || exit $$?; \
 	done
+
+# Predicted samples/s of every method at WORKERS on NETWORK (conf/network/), appended to
+# $(RESULTS)/predictions.jsonl as "kind": "predicted" records, never read as measurements.
+NETWORK  ?= 100gbib
+predict: install
+	$(PY) -m ddlbench.predict --model $(MODEL) --workers $(WORKERS) --network $(NETWORK) --results $(RESULTS) \
+		$(if $(filter-out all auto,$(METHOD)),--methods $(METHOD))
 
 # EXPORT=PATH also writes every record (records/*.json merged with *.jsonl) into one JSON-lines file.
 EXPORT   ?=

@@ -1,0 +1,150 @@
+"""How good are the predictions? (issue 14's benchmark; numbers go in the closing note.)
+
+1. Against the study's 100 Gb/s IB table (Shi et al. 2020, Figure 4): every multi-worker cell
+   (3 models x 7 methods x 4/8/16/32 GPUs) predicted on `conf/network/100gbib.yaml`, the study's
+   stack. The predictor is calibrated from the one-worker rows only (profile.one_worker_rows);
+   the multi-worker rows are read here, after predicting, and never reach the model. Prints the
+   median absolute percentage error over all cells and per method, the best-method hit rate over
+   the (model, workers) cells, what dominates each model and method, and one out-of-sample check
+   of the intra-node link: the study's statement that BERT-Large's all-reduce on 4 GPUs took 441 ms.
+2. Against real runs here: every ok, measured record under --results whose setup has a
+   one-worker run and whose network is known: a record naming a conf/network config in its
+   `network` field (the emulated cluster's runs, issue 12), or all local records with
+   --local-network NAME (e.g. conf/network/local-loopback.yaml from `make commbench`). The
+   profile is scaled to that setup's measured one-worker throughput (the local calibration).
+   Prints per-method MAPE.
+
+    python benchmarks/predict_validation.py [--results results] [--local-network NAME]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+from collections import defaultdict
+
+from ddlbench.analysis import reference
+from ddlbench.analysis.records import load
+from ddlbench.analysis.tables import markdown
+from ddlbench.predict import cli, network, simulate
+
+STUDY_METHODS = tuple(m for m in simulate.METHODS if m != "ddp")
+BERT_LARGE_4GPU_ALLREDUCE_S = 0.441  # the study's text: "each iteration requires 441ms of communication time"
+
+
+def published_cells():
+    """{(model, method, workers): samples/s} of the published multi-worker rows (validation only)."""
+    out = {}
+    for setup, cells in reference.load().items():
+        for (method, workers), cell in cells.items():
+            if workers > 1:
+                out[(setup.model, method, workers)] = cell.mean
+    return out
+
+
+def ape(pred: float, meas: float) -> float:
+    return abs(pred - meas) / meas
+
+
+def study(explain_workers: int = 32) -> dict:
+    truth = published_cells()
+    models = sorted({m for m, _, _ in truth})
+    preds, dominant = {}, {}
+    for model in models:
+        workers = sorted({w for m, _, w in truth if m == model})
+        p, prof, cluster = cli.predict(model, workers, "100gbib", STUDY_METHODS, explain=True)
+        for (method, w), pr in p.items():
+            preds[(model, method, w)] = pr.samples_per_sec
+            if w == explain_workers:
+                dominant[(model, method)] = cli.describe(pr.explanation)
+    errs = {k: ape(preds[k], v) for k, v in truth.items()}
+    per_method = defaultdict(list)
+    for (model, method, w), e in errs.items():
+        per_method[method].append(e)
+    hits, cells = 0, []
+    for model in models:
+        for w in sorted({w for m, _, w in truth if m == model}):
+            meas = {me: truth[(model, me, w)] for me in STUDY_METHODS if (model, me, w) in truth}
+            best_meas = max(meas, key=meas.get)
+            best_pred = max(meas, key=lambda me: preds[(model, me, w)])
+            hits += best_meas == best_pred
+            cells.append((model, w, best_pred, best_meas))
+    return {"errors": errs, "preds": preds, "truth": truth, "per_method": per_method, "hits": hits,
+            "cells": cells, "dominant": dominant}
+
+
+def allreduce_check() -> tuple[float, float]:
+    """Predicted time of one all-reduce of BERT-Large's gradients on one 4-GPU node."""
+    from ddlbench.predict import profile
+
+    prof = cli.load_profile("bert-large", 8, None)
+    cluster = network.load("pcie3x16")
+    return cluster.allreduce_s(sum(prof.tensor_bytes), 4), BERT_LARGE_4GPU_ALLREDUCE_S
+
+
+def local(results: str, local_network: str | None) -> dict:
+    """{method: [(predicted, measured)]} over our own records with a known network."""
+    from ddlbench.analysis import tables
+
+    recs = [r for r in load([results]).records if r.get("status") == "ok" and r.get("samples_per_sec")]
+    base = {}
+    for r in recs:
+        if r["workers"] == 1:
+            base.setdefault((r["model"], r["local_batch"], tables.network_of(r)), []).append(r["samples_per_sec"])
+    pairs = defaultdict(list)
+    for r in recs:
+        net = r.get("network") or local_network
+        key = (r["model"], r["local_batch"], tables.network_of(r))
+        if r["workers"] < 2 or net is None or key not in base or r["method"] not in simulate.METHODS:
+            continue
+        x1 = statistics.mean(base[key])
+        stack_opts = cli.study_opts((r.get("config") or {}).get("profile", {}).get("name", "local"), stack="ddlbench")
+        p, _, _ = cli.predict(r["model"], [r["workers"]], net, (r["method"],), r["local_batch"], x1, stack_opts,
+                              explain=False)
+        pairs[r["method"]].append((p[(r["method"], r["workers"])].samples_per_sec, r["samples_per_sec"]))
+    return pairs
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--results", default="results")
+    ap.add_argument("--local-network", default=None, help="conf/network config for local runs without one")
+    a = ap.parse_args(argv)
+
+    s = study()
+    errs = list(s["errors"].values())
+    print(f"Against the study's 100 Gb/s IB table ({len(errs)} cells, predictions calibrated on one-worker rows only)")
+    print(f"  median absolute percentage error over all cells: {statistics.median(errs):.1%} (target <= 8%)")
+    print(f"  mean absolute percentage error: {statistics.mean(errs):.1%}")
+    print(f"  fastest method right: {s['hits']}/{len(s['cells'])} = {s['hits'] / len(s['cells']):.0%} of (model, workers) cells (target >= 80%)")
+    rows = [[m, f"{statistics.median(s['per_method'][m]):.1%}", f"{max(s['per_method'][m]):.1%}",
+             f"{statistics.mean((s['preds'][k] - v) / v for k, v in s['truth'].items() if k[1] == m):+.1%}"]
+            for m in STUDY_METHODS]
+    print("\nPer method (over 3 models x 4 worker counts):")
+    print(markdown(["method", "median APE", "max APE", "mean signed error"], rows))
+    print("\nPer model and method (median APE over worker counts):")
+    models = sorted({k[0] for k in s["truth"]})
+    rows = [[m] + [f"{statistics.median(e for k, e in s['errors'].items() if k[0] == model and k[1] == m):.1%}"
+                   for model in models] for m in STUDY_METHODS]
+    print(markdown(["method"] + models, rows))
+    print("\nFastest method per (model, workers): predicted / published")
+    print(markdown(["model", "workers", "predicted fastest", "published fastest"],
+                   [[m, w, bp, bm + ("" if bp == bm else "  (miss)")] for m, w, bp, bm in s["cells"]]))
+    print("\nWhat dominates each prediction at 32 workers (then the largest exposed communication cost):")
+    print(markdown(["method"] + models, [[m] + [s["dominant"][(model, m)] for model in models] for m in STUDY_METHODS]))
+    pred_s, stated_s = allreduce_check()
+    print(f"\nOut-of-sample check of the intra-node link (not used to calibrate): one all-reduce of BERT-Large's "
+          f"gradients on 4 GPUs predicted {pred_s * 1e3:.0f} ms; the study states {stated_s * 1e3:.0f} ms.")
+
+    pairs = local(a.results, a.local_network)
+    print(f"\nAgainst real runs under {a.results}:")
+    if not pairs:
+        print("  none with a known network: runs need a one-worker run of their setup and a network "
+              "(a record's `network` field, or --local-network NAME)")
+    for m, ps in sorted(pairs.items()):
+        print(f"  {m}: median APE {simulate.mape(ps):.1%} over {len(ps)} runs (target <= 10%)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
