@@ -342,7 +342,9 @@ def simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opts
     order_by_need = sorted(range(n), key=profile.need_s.__getitem__)
     starts = []
     f0 = 0.0
-    for _ in range(ITERATIONS):
+    # Without ByteScheduler every iteration ends in a barrier (all updated, then the next forward),
+    # so one iteration is the steady state; ByteScheduler's overlap needs a few to settle.
+    for _ in range(ITERATIONS if p.bytescheduler else 1):
         starts.append(f0)
         # forward: each layer waits for its own parameters
         delay = 0.0
@@ -364,6 +366,7 @@ def simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opts
                          for msg in p.messages if len(msg) > 1)
             f0 = max(b_end, max(done)) + unpack + sum(profile.update_s)
             updated = [f0] * n
+    starts.append(f0)
     period = starts[-1] - starts[-2]
     messages = len(p.messages) if not p.bytescheduler else None
     return Result(method, workers, period, profile.compute_s, messages or 0)
