@@ -454,7 +454,8 @@ def _communicate(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg:
 def explain(method: str, profile: Profile, cluster: Cluster, workers: int, opts: Options | None = None) -> dict:
     """Where the predicted iteration goes: compute, and the exposed communication attributed by
     re-simulating without each cost in turn: latency (every alpha 0), bandwidth (every beta 0),
-    server (servers as fast as one machine's link and summing free)."""
+    server (servers as fast as one machine's link and summing free). Each share is what the
+    iteration would lose without that cost alone; shares overlap and need not add up."""
     opts = opts or Options()
     plan = plan_for(method, profile, cluster, workers, opts)  # the same decisions in every what-if
     base = simulate(method, profile, cluster, workers, opts, plan).period_s
