@@ -49,6 +49,29 @@ def versus_measured(records: list[dict], predicted: list[dict], published: dict)
     return pairs
 
 
+def fastest_hits(predicted: dict, cells: dict, methods) -> list[dict]:
+    """Per worker count of one setup: did the predictor pick the fastest method? `predicted`
+    {(method, workers): samples/s}; `cells` {(method, workers): tables.Cell} measured (published
+    cells count n = 5 with their std). Strict: the predicted fastest is the measured fastest.
+    Within noise: the measured throughput of the predicted fastest does not differ from the
+    measured fastest's beyond noise (analysis.noise.compare: Welch's 95% interval, or the setup's
+    largest spread where a cell has too few repeats), so a pick among a tie counts as right."""
+    from . import noise
+
+    spread = noise.setup_spread(cells)
+    out = []
+    for w in sorted({w for _, w in cells}):
+        here = [m for m in methods if (m, w) in cells and (m, w) in predicted]
+        if not here:
+            continue
+        best_meas = max(here, key=lambda m: cells[(m, w)].mean)
+        best_pred = max(here, key=lambda m: predicted[(m, w)])
+        d = noise.compare(cells[(best_pred, w)], cells[(best_meas, w)], spread)
+        out.append({"workers": w, "predicted": best_pred, "measured": best_meas, "strict": best_pred == best_meas,
+                    "within_noise": best_pred == best_meas or d.sign == noise.WITHIN, "test": d.text})
+    return out
+
+
 def versus_table(pairs) -> tuple[list, list]:
     header = ["measured by", "model", "method", "workers", "predicted", "measured", "error"]
     rows = [[lab, mo, me, w, f"{p:.1f}", f"{m:.1f}", f"{(p - m) / m:+.1%}"] for lab, mo, me, w, p, m in pairs]

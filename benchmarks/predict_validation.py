@@ -32,6 +32,9 @@ STUDY_METHODS = tuple(m for m in simulate.METHODS if m != "ddp")
 BERT_LARGE_4GPU_ALLREDUCE_S = 0.441  # the study's text: "each iteration requires 441ms of communication time"
 
 
+INTRA_NODES = ("pcie3x16", "pcie3x16-mgwfbp-table")  # the study node's two calibrations (conf/network/)
+
+
 def published_cells():
     """{(model, method, workers): samples/s} of the published multi-worker rows (validation only)."""
     out = {}
@@ -46,13 +49,17 @@ def ape(pred: float, meas: float) -> float:
     return abs(pred - meas) / meas
 
 
-def study(explain_workers: int = 32) -> dict:
+def study(intra: str = "pcie3x16", explain_workers: int = 32, opts=None) -> dict:
+    """Every published multi-worker cell predicted on 100gbib with the intra-node link of `intra`."""
+    from ddlbench.analysis.predicted import fastest_hits
+
     truth = published_cells()
+    cluster = network.with_intra(network.load("100gbib"), intra) if intra != "pcie3x16" else network.load("100gbib")
     models = sorted({m for m, _, _ in truth})
     preds, dominant = {}, {}
     for model in models:
         workers = sorted({w for m, _, w in truth if m == model})
-        p, prof, cluster = cli.predict(model, workers, "100gbib", STUDY_METHODS, explain=True)
+        p, prof, _ = cli.predict(model, workers, cluster, STUDY_METHODS, explain=explain_workers is not None, opts=opts)
         for (method, w), pr in p.items():
             preds[(model, method, w)] = pr.samples_per_sec
             if w == explain_workers:
@@ -61,25 +68,21 @@ def study(explain_workers: int = 32) -> dict:
     per_method = defaultdict(list)
     for (model, method, w), e in errs.items():
         per_method[method].append(e)
-    hits, cells = 0, []
-    for model in models:
-        for w in sorted({w for m, _, w in truth if m == model}):
-            meas = {me: truth[(model, me, w)] for me in STUDY_METHODS if (model, me, w) in truth}
-            best_meas = max(meas, key=meas.get)
-            best_pred = max(meas, key=lambda me: preds[(model, me, w)])
-            hits += best_meas == best_pred
-            cells.append((model, w, best_pred, best_meas))
-    return {"errors": errs, "preds": preds, "truth": truth, "per_method": per_method, "hits": hits,
-            "cells": cells, "dominant": dominant}
+    cells = []
+    for setup, published in reference.load().items():
+        mine = {(me, w): v for (mo, me, w), v in preds.items() if mo == setup.model}
+        multi = {k: c for k, c in published.items() if k[1] > 1}
+        cells += [{"model": setup.model, **h} for h in fastest_hits(mine, multi, STUDY_METHODS)]
+    cells.sort(key=lambda c: (c["model"], c["workers"]))
+    return {"errors": errs, "preds": preds, "truth": truth, "per_method": per_method, "cells": cells,
+            "hits": sum(c["strict"] for c in cells), "hits_noise": sum(c["within_noise"] for c in cells),
+            "dominant": dominant, "intra": intra}
 
 
-def allreduce_check() -> tuple[float, float]:
+def allreduce_check(intra: str) -> float:
     """Predicted time of one all-reduce of BERT-Large's gradients on one 4-GPU node."""
-    from ddlbench.predict import profile
-
     prof = cli.load_profile("bert-large", 8, None)
-    cluster = network.load("pcie3x16")
-    return cluster.allreduce_s(sum(prof.tensor_bytes), 4), BERT_LARGE_4GPU_ALLREDUCE_S
+    return network.load(intra).allreduce_s(sum(prof.tensor_bytes), 4)
 
 
 def local(results: str, local_network: str | None) -> dict:
@@ -111,30 +114,43 @@ def main(argv=None) -> int:
     ap.add_argument("--local-network", default=None, help="conf/network config for local runs without one")
     a = ap.parse_args(argv)
 
-    s = study()
-    errs = list(s["errors"].values())
-    print(f"Against the study's 100 Gb/s IB table ({len(errs)} cells, predictions calibrated on one-worker rows only)")
-    print(f"  median absolute percentage error over all cells: {statistics.median(errs):.1%} (target <= 8%)")
-    print(f"  mean absolute percentage error: {statistics.mean(errs):.1%}")
-    print(f"  fastest method right: {s['hits']}/{len(s['cells'])} = {s['hits'] / len(s['cells']):.0%} of (model, workers) cells (target >= 80%)")
+    runs = {intra: study(intra, explain_workers=32 if intra == INTRA_NODES[0] else None) for intra in INTRA_NODES}
+    s = runs[INTRA_NODES[0]]
+    n = len(s["errors"])
+    print(f"Against the study's 100 Gb/s IB table ({n} cells; calibrated on one-worker rows, specs and "
+          f"microbenchmarks only), for each calibration of the study node's intra-node link:")
+    print(markdown(["intra-node link", "BERT-Large 4-GPU all-reduce", "median APE (target <= 8%)", "mean APE",
+                    "fastest right, strict", "fastest right within noise (target >= 80%)"],
+                   [[k, f"{allreduce_check(k) * 1e3:.0f} ms", f"{statistics.median(r['errors'].values()):.1%}",
+                     f"{statistics.mean(r['errors'].values()):.1%}",
+                     f"{r['hits']}/{len(r['cells'])} = {r['hits'] / len(r['cells']):.0%}",
+                     f"{r['hits_noise']}/{len(r['cells'])} = {r['hits_noise'] / len(r['cells']):.0%}"]
+                    for k, r in runs.items()]))
+    print(f"(The study states {BERT_LARGE_4GPU_ALLREDUCE_S * 1e3:.0f} ms for that all-reduce: it is the default "
+          f"calibration's point, so only the alternative is an out-of-sample check of it.)")
+    print(f"\nDefault calibration ({INTRA_NODES[0]}), per method (over 3 models x 4 worker counts):")
     rows = [[m, f"{statistics.median(s['per_method'][m]):.1%}", f"{max(s['per_method'][m]):.1%}",
-             f"{statistics.mean((s['preds'][k] - v) / v for k, v in s['truth'].items() if k[1] == m):+.1%}"]
+             f"{statistics.mean((s['preds'][k] - v) / v for k, v in s['truth'].items() if k[1] == m):+.1%}",
+             f"{statistics.median(runs[INTRA_NODES[1]]['per_method'][m]):.1%}"]
             for m in STUDY_METHODS]
-    print("\nPer method (over 3 models x 4 worker counts):")
-    print(markdown(["method", "median APE", "max APE", "mean signed error"], rows))
+    print(markdown(["method", "median APE", "max APE", "mean signed error", f"median APE ({INTRA_NODES[1]})"], rows))
     print("\nPer model and method (median APE over worker counts):")
     models = sorted({k[0] for k in s["truth"]})
     rows = [[m] + [f"{statistics.median(e for k, e in s['errors'].items() if k[0] == model and k[1] == m):.1%}"
                    for model in models] for m in STUDY_METHODS]
     print(markdown(["method"] + models, rows))
-    print("\nFastest method per (model, workers): predicted / published")
-    print(markdown(["model", "workers", "predicted fastest", "published fastest"],
-                   [[m, w, bp, bm + ("" if bp == bm else "  (miss)")] for m, w, bp, bm in s["cells"]]))
+    print("\nPer cell: predicted / published samples/s")
+    rows = [[mo, me, w, f"{s['preds'][(mo, me, w)]:.1f}", f"{v:.1f}", f"{(s['preds'][(mo, me, w)] - v) / v:+.1%}"]
+            for (mo, me, w), v in sorted(s["truth"].items())]
+    print(markdown(["model", "method", "workers", "predicted", "published", "error"], rows))
+    print("\nFastest method per (model, workers): predicted / published; within noise = the predicted pick's "
+          "published throughput is not different from the published fastest's (Welch 95%, n = 5 with the "
+          "published std; analysis/noise.py)")
+    print(markdown(["model", "workers", "predicted fastest", "published fastest", "strict", "within noise", "test"],
+                   [[c["model"], c["workers"], c["predicted"], c["measured"], "hit" if c["strict"] else "miss",
+                     "hit" if c["within_noise"] else "miss", c["test"]] for c in s["cells"]]))
     print("\nWhat dominates each prediction at 32 workers (then the largest exposed communication cost):")
     print(markdown(["method"] + models, [[m] + [s["dominant"][(model, m)] for model in models] for m in STUDY_METHODS]))
-    pred_s, stated_s = allreduce_check()
-    print(f"\nOut-of-sample check of the intra-node link (not used to calibrate): one all-reduce of BERT-Large's "
-          f"gradients on 4 GPUs predicted {pred_s * 1e3:.0f} ms; the study states {stated_s * 1e3:.0f} ms.")
 
     pairs = local(a.results, a.local_network)
     print(f"\nAgainst real runs under {a.results}:")

@@ -184,10 +184,29 @@ def _link(spec) -> Link | None:
         return Link.from_points((int(n1), float(r1)), (int(n2), float(r2)))
     if "allreduce" in spec:
         a = spec["allreduce"]
+        if "point" in a:  # one measured all-reduce (bytes, seconds) with the latency stated apart
+            nbytes, seconds = (float(v) for v in a["point"])
+            beta = (seconds - float(a["alpha_s"])) / nbytes
+            if beta <= 0:
+                raise ValueError(f"all-reduce point {a['point']} with alpha_s={a['alpha_s']} gives beta={beta:.3g}; "
+                                 f"accepted: a point slower than alpha alone")
+            return Link.from_allreduce(float(a["alpha_s"]), beta, int(a["ranks"]))
         return Link.from_allreduce(float(a["alpha_s"]), float(a["beta_s_per_byte"]), int(a["ranks"]))
     if "rate_gbps" in spec:
         return Link(float(spec.get("alpha_s", 0.0)), 8 / (float(spec["rate_gbps"]) * 1e9))
     return Link(float(spec["alpha_s"]), float(spec["beta_s_per_byte"]))
+
+
+def with_intra(cluster: Cluster, node_name: str) -> Cluster:
+    """`cluster` with its intra-node link taken from the node config `node_name` instead (e.g. the
+    study's two calibrations of its PCIe node), the source recorded."""
+    from dataclasses import replace
+
+    node = load(node_name)
+    if node.intra is None:
+        raise ValueError(f"network {node_name!r} has no intra-node link; accepted: a node config such as pcie3x16")
+    return replace(cluster, intra=node.intra, name=f"{cluster.name}+{node_name}",
+                   sources={**cluster.sources, "intra": node.sources.get("intra", node_name)})
 
 
 def load(name: str, directory: Path | None = None) -> Cluster:
