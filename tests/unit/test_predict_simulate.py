@@ -79,8 +79,9 @@ def test_bytescheduler_credit_and_overlap_with_the_next_forward():
     # p1 [3, 4], p0 [4, 5]. The next forward starts when backward ends (4): p2 needed at 4.0
     # (landed 3), p1 at 4.3 (landed 4), p0 at 4.9 waits until 5; forward ends 5.1, backward to 8.1.
     # Steady state: 4.1 s per iteration, where WFBP waits for everything: 5 s.
+    # (Stack ddlbench: this runtime's queue straight onto the stream, no Horovod cycle.)
     prof = toy(need=(0.9, 0.3, 0.0))
-    assert period("bytescheduler-a2a", prof, two_gpus()) == pytest.approx(4.1)
+    assert period("bytescheduler-a2a", prof, two_gpus(), stack="ddlbench") == pytest.approx(4.1)
     assert period("wfbp-a2a", prof, two_gpus()) == pytest.approx(5.0)
 
 
@@ -93,10 +94,35 @@ def test_bytescheduler_credit_lets_the_first_layer_overtake(monkeypatch):
     # order, p0 lands last at 5, and the forward ends 6.0: 5.0 s.
     prof = toy(ready=(1.2, 1.1, 1.0), need=(0.0, 0.3, 0.6))
     cfg = simulate.method_config("bytescheduler-a2a")
+    opts = simulate.Options(stack="ddlbench")
     monkeypatch.setattr(simulate, "method_config", lambda name, variant="byteps": {**cfg, "credit_params": 1})
-    assert simulate.simulate("bytescheduler-a2a", prof, two_gpus(), 2).period_s == pytest.approx(4.7)
+    assert simulate.simulate("bytescheduler-a2a", prof, two_gpus(), 2, opts).period_s == pytest.approx(4.7)
     monkeypatch.setattr(simulate, "method_config", lambda name, variant="byteps": cfg)
-    assert simulate.simulate("bytescheduler-a2a", prof, two_gpus(), 2).period_s == pytest.approx(5.0)
+    assert simulate.simulate("bytescheduler-a2a", prof, two_gpus(), 2, opts).period_s == pytest.approx(5.0)
+
+
+def test_horovod_cycle_waits_for_the_boundary_and_fuses_what_fits():
+    # Cycle 1 s, fusion buffer 80,000 B; 2-rank ring on two_gpus: 40,000 B take 1.0 s, 80,000 B 1.5 s.
+    # Requests a 0.2, b 0.5, c 0.7 (40,000 B each), d 1.5. Boundary 1.0: [a, b] fused (80,000 B
+    # fit) on the stream 1.0-2.5 (plus the copy in and out), then [c] 2.5-3.5; d waits for the 2.0
+    # boundary and then for the stream: 3.5-4.5.
+    sim = simulate.Sim()
+    cluster = two_gpus()
+    h = simulate.HorovodCycle(sim, simulate.AllReduceComm(sim, cluster, 2, "ring"), cycle_s=1.0, fusion_bytes=80_000)
+    done = {}
+    for name, t in (("a", 0.2), ("b", 0.5), ("c", 0.7), ("d", 1.5)):
+        sim.at(t, h.send, 40_000, 0.0, lambda name=name: done.setdefault(name, sim.now))
+    sim.run()
+    copy = 2 * 80_000 / simulate.GPU_MEM_BPS
+    assert done == pytest.approx({"a": 2.5 + copy, "b": 2.5 + copy, "c": 3.5 + copy, "d": 4.5 + copy})
+
+
+def test_the_studys_bytescheduler_a2a_goes_through_horovods_cycle():
+    # The same toy as above with the study's stack: every partition waits for a 5 ms boundary, so
+    # the iteration is longer than the runtime's by at least one cycle's wait and at most a few.
+    prof = toy(need=(0.9, 0.3, 0.0))
+    study = period("bytescheduler-a2a", prof, two_gpus(), stack="study")
+    assert 4.1 < study <= 4.1 + 3 * simulate.HOROVOD_CYCLE_S
 
 
 def test_ps_with_two_servers_by_hand():
