@@ -21,6 +21,7 @@ ENGINE   ?= torch
 CLUSTER  ?= local
 DRY_RUN  ?=
 
+comma := ,
 ALL_METHODS := bsp-ps,bsp-a2a,wfbp-ps,wfbp-a2a,mg-wfbp,bytescheduler-ps,bytescheduler-a2a,ddp
 # Horovod runs the all-reduce methods; its own DistributedOptimizer is the reference there.
 HVD_METHODS := bsp-a2a,wfbp-a2a,mg-wfbp,bytescheduler-a2a,horovod
@@ -61,9 +62,22 @@ test: install
 	$(PY) -m pytest -q tests
 
 # The methods at WORKERS workers, then (once per setup) one worker for the speedup, then the table.
+# METHOD=auto: per worker count, the method predicted fastest (ddlbench.predict.auto prints which
+# and why), run with the prediction kept in its record. NETWORK=... overrides the cluster's network.
+LINK     ?=
+PROFILE_FROM ?=
+auto_args = --model $(MODEL) --profile $(PROFILE) --cluster $(CLUSTER) $(if $(LINK),--link $(LINK)) \
+	$(if $(filter command line environment,$(origin NETWORK)),--network $(NETWORK)) $(if $(PROFILE_FROM),--profile-from $(PROFILE_FROM))
 reproduce: install
 	@status=0; \
-	$(PY) -m ddlbench --multirun method=$(methods) workers=$(WORKERS) $(run_args) || status=$$?; \
+	if [ "$(METHOD)" = auto ]; then \
+		for w in $(subst $(comma), ,$(WORKERS)); do \
+			choice=$$($(PY) -m ddlbench.predict.auto $(auto_args) --workers $$w) || exit 2; \
+			$(PY) -m ddlbench $${choice%% *} "$${choice#* }" workers=$$w $(run_args) || status=$$?; \
+		done; \
+	else \
+		$(PY) -m ddlbench --multirun method=$(methods) workers=$(WORKERS) $(run_args) || status=$$?; \
+	fi; \
 	if [ $$status -eq 2 ]; then exit 2; fi; \
 	$(PY) -m ddlbench method=bsp-a2a workers=1 skip_recorded=true $(run_args) || status=$$?; \
 	$(PY) -m ddlbench.analysis.summary $(RESULTS); \
@@ -88,7 +102,7 @@ reproduce-paper: install
 NETWORK  ?= 100gbib
 predict: install
 	$(PY) -m ddlbench.predict --model $(MODEL) --workers $(WORKERS) --network $(NETWORK) --results $(RESULTS) \
-		$(if $(filter-out all auto,$(METHOD)),--methods $(METHOD))
+		$(if $(filter-out all auto,$(METHOD)),--methods $(METHOD)) $(if $(PROFILE_FROM),--profile-from $(PROFILE_FROM))
 
 # EXPORT=PATH also writes every record (records/*.json merged with *.jsonl) into one JSON-lines file.
 EXPORT   ?=

@@ -85,6 +85,16 @@ def allreduce_check(intra: str) -> float:
     return network.load(intra).allreduce_s(sum(prof.tensor_bytes), 4)
 
 
+def record_network(rec: dict) -> str | None:
+    """The conf/network config a measured record ran on: the emulated cluster's records (issue 12)
+    carry `network: {"emulated": true, "link": "1gbit", "measured_gbps": ...}` -> emulated-1gbit;
+    a plain string names a config; local runs carry none."""
+    net = rec.get("network")
+    if isinstance(net, dict):
+        return f"emulated-{net['link']}" if net.get("emulated") and net.get("link") else None
+    return net or None
+
+
 def local(results: str, local_network: str | None) -> dict:
     """{method: [(predicted, measured)]} over our own records with a known network."""
     from ddlbench.analysis import tables
@@ -96,7 +106,7 @@ def local(results: str, local_network: str | None) -> dict:
             base.setdefault((r["model"], r["local_batch"], tables.network_of(r)), []).append(r["samples_per_sec"])
     pairs = defaultdict(list)
     for r in recs:
-        net = r.get("network") or local_network
+        net = record_network(r) or local_network
         key = (r["model"], r["local_batch"], tables.network_of(r))
         if r["workers"] < 2 or net is None or key not in base or r["method"] not in simulate.METHODS:
             continue

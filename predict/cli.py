@@ -69,7 +69,18 @@ def model_batch(model: str) -> int:
     return int(yaml.safe_load(path.read_text())["local_batch"])
 
 
-def load_profile(model: str, local_batch: int, one_worker: float | None) -> profile.Profile:
+PROFILE_SOURCES = ("derived", "measured")
+
+
+def load_profile(model: str, local_batch: int, one_worker: float | None, source: str = "derived",
+                 device: str = "cpu") -> profile.Profile:
+    """derived: the roofline scaled to `one_worker` (default: the study's published one-GPU row);
+    measured: one worker's hooks on `device` (here), rescaled to `one_worker` only if stated."""
+    if source == "measured":
+        prof = profile.measured(model, local_batch, device)
+        return prof if one_worker is None else prof.scaled(one_worker, f"{prof.source}, scaled to {one_worker:g} samples/s")
+    if source != "derived":
+        raise ValueError(f"profile source {source!r} is unknown; accepted: {', '.join(PROFILE_SOURCES)}")
     x1 = one_worker if one_worker is not None else profile.one_worker_samples_per_sec(model, local_batch)
     return profile.derived(model, local_batch, x1)
 
@@ -138,6 +149,11 @@ def main(argv=None) -> int:
     ap.add_argument("--one-worker", type=float, default=None,
                     help="one-worker samples/s on the target device (default: the study's published one-GPU row)")
     ap.add_argument("--profile", default="study", help="run profile whose ByteScheduler-PS variant applies")
+    ap.add_argument("--profile-from", default="derived", choices=PROFILE_SOURCES,
+                    help="derived: roofline scaled to a one-worker throughput; measured: one worker's hooks here (cached)")
+    ap.add_argument("--device", default="cpu", help="device of a measured profile")
+    ap.add_argument("--intra", default=None, help="take the intra-node link from this node config instead "
+                    "(e.g. pcie3x16-mgwfbp-table, the study's alternative calibration)")
     ap.add_argument("--stack", default="study", choices=simulate.STACKS,
                     help="study: BytePS/Horovod as the study ran them; ddlbench: this project's runtime")
     ap.add_argument("--algorithm", default="nccl", choices=("nccl", "ring", "tree", "hierarchical"))
@@ -152,7 +168,10 @@ def main(argv=None) -> int:
         for m in methods:
             simulate.method_config(m)
         opts = study_opts(a.profile, a.stack, a.algorithm)
-        preds, prof, cluster = predict(a.model, workers, a.network, methods, a.local_batch, a.one_worker, opts)
+        net = network.with_intra(network.load(a.network), a.intra) if a.intra else a.network
+        batch = a.local_batch or model_batch(a.model)
+        prof = load_profile(a.model, batch, a.one_worker, a.profile_from, a.device)
+        preds, prof, cluster = predict(a.model, workers, net, methods, batch, a.one_worker, opts, prof=prof)
     except ValueError as exc:
         print(f"predict: error: {exc}", file=sys.stderr)
         return 2

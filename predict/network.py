@@ -229,3 +229,57 @@ def load(name: str, directory: Path | None = None) -> Cluster:
     return Cluster(name=spec.get("name", name), intra=intra, inter=_link(spec.get("inter")),
                    gpus_per_node=int(gpus or 1), server_mem_Bps=float(spec.get("server_mem_GBps", 0)) * 1e9,
                    mgwfbp_table=table, description=spec.get("description", ""), sources=spec.get("sources", {}))
+
+
+# -- the user's own network, from commbench ------------------------------------------------------
+def commbench_network(rows: list[dict], name: str, source: str, backend: str | None = None) -> dict:
+    """A network config (as written to conf/network/<name>.yaml) fitted from commbench's records:
+    the 2-worker fp32 all-reduce of the `sizes` mode, one backend (`backend`, else the one with
+    the most sizes), the median over repeated records of each size's median time; t = a + b n
+    fitted by the predictor's fit (methods.mgwfbp.fit_alpha_beta: least relative squares, a, b
+    >= 0), kept as a 2-rank all-reduce (per link: alpha = a / 2, beta = b). One worker per node:
+    every worker of a local run is its own endpoint on the measured path. The data it came from
+    is written into the config beside its source."""
+    import statistics
+
+    from ddlbench.methods.mgwfbp import fit_alpha_beta
+
+    usable = [r for r in rows if r.get("mode", "sizes") == "sizes" and r.get("collective") == "all_reduce"
+              and r.get("dtype") == "fp32" and r.get("workers") == 2 and r.get("time_us_p50")
+              and not r.get("wrong") and "error" not in r]
+    backends = sorted({r.get("backend") for r in usable}, key=lambda b: -sum(r.get("backend") == b for r in usable))
+    if backend is None and backends:
+        backend = backends[0]
+    usable = [r for r in usable if r.get("backend") == backend]
+    by_size: dict[int, list[float]] = {}
+    for r in usable:
+        by_size.setdefault(int(r["bytes"]), []).append(float(r["time_us_p50"]) * 1e-6)
+    if len(by_size) < 2:
+        raise ValueError(f"commbench records give {len(by_size)} all-reduce sizes at 2 workers (fp32, backend "
+                         f"{backend!r}); accepted: at least 2 (run make commbench WORKERS=2)")
+    sizes = sorted(by_size)
+    times = [statistics.median(by_size[s]) for s in sizes]
+    a, b = fit_alpha_beta(sizes, times)
+    device = usable[0].get("device", "?")
+    return {
+        "name": name,
+        "description": f"measured by make commbench: {backend} on {device}, 2 workers, one worker per endpoint",
+        "gpus_per_node": 1,
+        "inter": {"allreduce": {"alpha_s": a, "beta_s_per_byte": b, "ranks": 2}},
+        "sources": {"inter": f"{source}: 2-worker fp32 all_reduce, {backend} on {device}, {len(sizes)} sizes "
+                             f"{sizes[0]}..{sizes[-1]} B; t = a + b n by least relative squares "
+                             f"(methods.mgwfbp.fit_alpha_beta), a = {a:.4g} s, b = {b:.4g} s/B"},
+        "data": {"bytes": sizes, "time_s": times},
+    }
+
+
+def write_config(spec: dict, directory: Path | None = None) -> Path:
+    import yaml
+
+    path = (directory or conf_dir()) / f"{spec['name']}.yaml"
+    head = "# Written by make commbench (predict.network.commbench_network): the user's own network, fitted\n" \
+           "# from the all-reduce records in `data`; rerun make commbench to refresh.\n"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(head + yaml.safe_dump(spec, sort_keys=False))
+    tmp.replace(path)
+    return path

@@ -17,8 +17,9 @@ Where the times come from (`source`):
   batch / (forward + backward + update) equals a stated one-worker throughput. Peak and bandwidth
   only set the relative cost of operators (the scale absorbs their absolute values): RTX 2080 Ti,
   13.45 TFLOP/s fp32 and 616 GB/s (NVIDIA's specification).
-- `measured`: a one-worker run's own per-gradient times (MG-WFBP's profiler, hooks on the target
-  device) rescaled the same way; not wired yet (see the report).
+- `measured` (`PROFILE_FROM=measured`, `--profile-from measured`): one worker on the target
+  device, hooks on the wall clock (`measured`); its one-worker throughput is its own, or it is
+  rescaled the same way to a stated one.
 
 Assumptions: operators run one after another (one stream, no overlap of kernels); the optimizer
 step after communication costs what it cost on one worker; communication kernels do not slow
@@ -121,36 +122,46 @@ def roofline(model: str, local_batch: int) -> Profile:
     with torch.device("meta"):
         w = models.build(cfg, local_batch, seed=0)
         batch = w.make_batch(0, 0, 0, torch.device("meta"))
+    clock = Clock()
+    with torch.device("meta"), clock:
+        p = _hooked_pass(model, w, batch, lambda: clock.now_s)
+    p.update_s = [SGD_BYTES_PER_ELEMENT * n * p.element_size / 4 / GPU_MEM_BPS for n in p.numels]
+    return p
+
+
+def _hooked_pass(model: str, w, batch, now, profile: "Profile | None" = None) -> "Profile":
+    """One forward and backward pass of workload `w` with hooks that read `now()`: when each
+    module first needs its parameters (forward pre-hook) and when each gradient is accumulated
+    (post-accumulate-grad hook), in the order backward produced them."""
     named = [(n, p) for n, p in w.model.named_parameters() if p.requires_grad]
     index = {id(p): i for i, (_, p) in enumerate(named)}
-    clock = Clock()
     need = [None] * len(named)
     ready: dict[int, float] = {}
     order: list[int] = []
+    t0 = [0.0, 0.0]  # forward start, backward start
 
     def pre_hook(module, args):
         for p in module.parameters(recurse=False):
             i = index.get(id(p))
             if i is not None and need[i] is None:
-                need[i] = clock.now_s
+                need[i] = now() - t0[0]
 
     def grad_hook(i):
         def hook(_p):
             if i not in ready:
-                ready[i] = clock.now_s - backward_start[0]
+                ready[i] = now() - t0[1]
                 order.append(i)
         return hook
 
     handles = [m.register_forward_pre_hook(pre_hook) for m in w.model.modules()]
     handles += [p.register_post_accumulate_grad_hook(grad_hook(i)) for i, (_, p) in enumerate(named)]
-    backward_start = [0.0]
     try:
-        with torch.device("meta"), clock:
-            loss = w.loss(w.model, batch)
-            forward_s = clock.now_s
-            backward_start[0] = clock.now_s
-            loss.backward()
-            backward_s = clock.now_s - forward_s
+        t0[0] = now()
+        loss = w.loss(w.model, batch)
+        t0[1] = now()
+        forward_s = t0[1] - t0[0]
+        loss.backward()
+        backward_s = now() - t0[1]
     finally:
         for h in handles:
             h.remove()
@@ -159,10 +170,69 @@ def roofline(model: str, local_batch: int) -> Profile:
         raise ValueError(f"model {model!r}: parameters without a gradient: {missing[:3]}")
     need = [forward_s if t is None else t for t in need]  # a parameter no module hook saw: needed last
     numels = [p.numel() for _, p in named]
-    esize = named[0][1].element_size()
-    return Profile(model, local_batch, [n for n, _ in named], numels, esize, [named[i][0] for i in order],
-                   [ready[i] for i in range(len(named))], need, forward_s, backward_s,
-                   [SGD_BYTES_PER_ELEMENT * n * esize / 4 / GPU_MEM_BPS for n in numels], "roofline", 0.0)
+    return Profile(model, w.local_batch, [n for n, _ in named], numels, named[0][1].element_size(),
+                   [named[i][0] for i in order], [ready[i] for i in range(len(named))], need, forward_s, backward_s,
+                   [0.0] * len(named), "roofline", 0.0)
+
+
+def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, warmup: int = 2,
+             cache: bool = True) -> Profile:
+    """The profile measured on `device` by one worker (PROFILE_FROM=measured): forward and backward
+    per layer from the hooks of `_hooked_pass` on the wall clock (CUDA synchronised at every
+    reading on a GPU, as the study's MG-WFBP profiler did), the median of `iters` passes after
+    `warmup`; the momentum-SGD step timed whole and shared by parameter size. Its one-worker
+    throughput is its own (batch / compute). Cached per model, batch and device."""
+    import statistics
+    import time
+
+    import torch
+    from omegaconf import OmegaConf
+
+    from ddlbench import models
+    from ddlbench.config import conf_dir
+
+    path = CACHE_DIR / f"{model}-b{local_batch}-{device.replace(':', '')}-measured.json"
+    if cache and path.exists():
+        try:
+            return Profile(**json.loads(path.read_text()))
+        except (ValueError, TypeError):
+            pass
+    dev = torch.device(device)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+
+    def now() -> float:
+        sync()
+        return time.perf_counter()
+
+    w = models.build(OmegaConf.load(conf_dir() / "model" / f"{model}.yaml"), local_batch, seed=0)
+    w.model.to(dev)
+    opt = torch.optim.SGD(w.model.parameters(), lr=0.01, momentum=0.9)
+    runs, steps = [], []
+    for it in range(warmup + iters):
+        batch = w.make_batch(0, 0, it, dev)
+        opt.zero_grad(set_to_none=True)
+        p = _hooked_pass(model, w, batch, now)
+        t = now()
+        opt.step()
+        if it >= warmup:
+            runs.append(p)
+            steps.append(now() - t)
+    mid = statistics.median
+    first, total = runs[0], sum(runs[0].numels)
+    step_s = mid(steps)
+    out = Profile(model, local_batch, first.names, first.numels, first.element_size, first.ready_names,
+                  [mid([r.ready_s[i] for r in runs]) for i in range(len(first.names))],
+                  [mid([r.need_s[i] for r in runs]) for i in range(len(first.names))],
+                  mid([r.forward_s for r in runs]), mid([r.backward_s for r in runs]),
+                  [step_s * n / total for n in first.numels],
+                  f"measured: one worker on {device}, hooks, median of {iters} iterations", 0.0)
+    out.samples_per_sec_1 = local_batch / out.compute_s
+    if cache:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(out)))
+        tmp.replace(path)
+    return out
 
 
 def derived(model: str, local_batch: int, samples_per_sec_1: float, cache: bool = True) -> Profile:
