@@ -22,6 +22,7 @@ ENGINE   ?= torch
 CLUSTER  ?= local
 DRY_RUN  ?=
 
+comma := ,
 ALL_METHODS := bsp-ps,bsp-a2a,wfbp-ps,wfbp-a2a,mg-wfbp,bytescheduler-ps,bytescheduler-a2a,ddp
 # Horovod runs the all-reduce methods; its own DistributedOptimizer is the reference there.
 HVD_METHODS := bsp-a2a,wfbp-a2a,mg-wfbp,bytescheduler-a2a,horovod
@@ -49,7 +50,7 @@ run_args := model=$(MODEL) profile=$(PROFILE) results_dir=$(RESULTS) $(cluster_a
 	$(if $(WARMUP),profile.warmup_iters=$(WARMUP)) $(if $(ITERS),profile.measured_iters=$(ITERS)) \
 	$(if $(REPEATS),profile.repeats=$(REPEATS)) $(OVERRIDES)
 
-.PHONY: install horovod test reproduce reproduce-paper bench summary figures commbench clean \
+.PHONY: install horovod test reproduce reproduce-paper bench summary figures commbench predict clean \
 	cluster-up cluster-down cluster-status shell bench-emulated
 
 $(VENV)/.installed: pyproject.toml Makefile
@@ -77,9 +78,21 @@ test: install
 	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadgroup tests
 
 # The methods at WORKERS workers, then (once per setup) one worker for the speedup, then the table.
+# METHOD=auto: per worker count, the method predicted fastest (ddlbench.predict.auto prints which
+# and why), run with the prediction kept in its record. NETWORK=... overrides the cluster's network.
+PROFILE_FROM ?=
+auto_args = --model $(MODEL) --profile $(PROFILE) --cluster $(CLUSTER) $(if $(LINK),--link $(LINK)) \
+	$(if $(filter command line environment,$(origin NETWORK)),--network $(NETWORK)) $(if $(PROFILE_FROM),--profile-from $(PROFILE_FROM))
 reproduce: install
 	@status=0; \
-	$(PY) -m ddlbench --multirun method=$(methods) workers=$(WORKERS) $(run_args) || status=$$?; \
+	if [ "$(METHOD)" = auto ]; then \
+		for w in $(subst $(comma), ,$(WORKERS)); do \
+			choice=$$($(PY) -m ddlbench.predict.auto $(auto_args) --workers $$w) || exit 2; \
+			$(PY) -m ddlbench $${choice%% *} "$${choice#* }" workers=$$w $(run_args) || status=$$?; \
+		done; \
+	else \
+		$(PY) -m ddlbench --multirun method=$(methods) workers=$(WORKERS) $(run_args) || status=$$?; \
+	fi; \
 	if [ $$status -eq 2 ]; then exit 2; fi; \
 	$(PY) -m ddlbench method=bsp-a2a workers=1 skip_recorded=true $(run_args) || status=$$?; \
 	$(PY) -m ddlbench.analysis.summary $(RESULTS); \
@@ -98,6 +111,13 @@ reproduce-paper: install
 		$(PY) -m ddlbench method=bsp-a2a workers=1 model=$${e#*-} profile=study device=cuda skip_recorded=true \
 			$(paper_args) || exit $$?; \
 	done
+
+# Predicted samples/s of every method at WORKERS on NETWORK (conf/network/), appended to
+# $(RESULTS)/predictions.jsonl as "kind": "predicted" records, never read as measurements.
+NETWORK  ?= 100gbib
+predict: install
+	$(PY) -m ddlbench.predict --model $(MODEL) --workers $(WORKERS) --network $(NETWORK) --results $(RESULTS) \
+		$(if $(filter-out all auto,$(METHOD)),--methods $(METHOD)) $(if $(PROFILE_FROM),--profile-from $(PROFILE_FROM))
 
 # EXPORT=PATH also writes every record (records/*.json merged with *.jsonl) into one JSON-lines file.
 EXPORT   ?=

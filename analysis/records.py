@@ -6,6 +6,11 @@ versions, commbench.jsonl) and its `records/` folder, records in the order they 
 (record files sort by the time of writing). A line or file that cannot be parsed is
 reported with its file (and line number) and skipped; the rest are still used (a run that died
 mid-way must not hide the runs before it).
+
+Predictions (`"kind": "predicted"`, written by `make predict` to `predictions.jsonl`) are not
+measurements: `load` keeps them apart in `Loaded.predicted`, so no table, figure, finding, summary
+or export built from `Loaded.records` can ever show one as measured; only the report's own
+labelled prediction views read them.
 """
 from __future__ import annotations
 
@@ -16,10 +21,14 @@ from pathlib import Path
 from ddlbench.record import RECORDS_DIR
 
 
+PREDICTED = "predicted"  # a record's `kind` when the performance model wrote it
+
+
 @dataclass
 class Loaded:
-    records: list[dict] = field(default_factory=list)
+    records: list[dict] = field(default_factory=list)     # measurements only
     problems: list[str] = field(default_factory=list)
+    predicted: list[dict] = field(default_factory=list)   # `make predict`'s records, kept apart
 
 
 def load(paths) -> Loaded:
@@ -31,7 +40,8 @@ def load(paths) -> Loaded:
         else:
             files = [path]
         for f in files:
-            out.records += _read(f, out.problems)
+            for rec in _read(f, out.problems):
+                (out.predicted if rec.get("kind") == PREDICTED else out.records).append(rec)
     return out
 
 

@@ -5,7 +5,9 @@ side by side with the published numbers.
 
 Writes to RESULTS_DIR/report/: index.md (figures and tables together), results.csv,
 speedup.csv, side_by_side.csv, findings.csv, intensity.csv, and fig4-*.png/svg per setup.
-Works with no records at all: the published numbers still render.
+Works with no records at all: the published numbers still render. Predictions (`make predict`)
+appear only in their own labelled section (`predicted`), with the what-if plot
+(predicted-whatif-bandwidth.png) and predicted against measured (predicted-vs-measured.png).
 """
 from __future__ import annotations
 
@@ -14,15 +16,17 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from . import findings, intensity, noise, reference, tables
+from . import findings, intensity, noise, predicted, reference, tables
 from .figures import figure4
 from .records import load
 
 
-def build(results: Path, out: Path, reference_csv: Path = reference.DEFAULT_CSV) -> Path:
+def build(results: Path, out: Path, reference_csv: Path = reference.DEFAULT_CSV,
+          whatif_models=("resnet50", "bert-base", "bert-large")) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     loaded = load([results])
-    setups = {**tables.ours(loaded.records), **reference.load(reference_csv)}
+    published = reference.load(reference_csv)
+    setups = {**tables.ours(loaded.records), **published}
     facts = _intensities({s.model for s in setups})
 
     md = ["# ddlbench report", "",
@@ -75,6 +79,8 @@ def build(results: Path, out: Path, reference_csv: Path = reference.DEFAULT_CSV)
            "f(N) = 2(N-1)/N and M the global batch. The study's BERT intensities (249, 248) are "
            "higher than ours; it does not state how it counted them.", "",
            tables.markdown(header, rows), ""]
+    if whatif_models or loaded.predicted:
+        md += predicted.section(loaded, published, out, whatif_models)
     index = out / "index.md"
     index.write_text("\n".join(md))
     for p in loaded.problems:

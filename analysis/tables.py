@@ -85,7 +85,9 @@ def _variant(hashes: dict, key, value: str | None) -> str:
 def ours(records: list[dict]) -> dict[Setup, Cells]:
     from ddlbench.record import config_hash
 
-    ok = [r for r in records if r.get("status") == "ok" and r.get("samples_per_sec") is not None]
+    # predictions (kind "predicted") are never measurements, whoever passes them in
+    ok = [r for r in records if r.get("status") == "ok" and r.get("samples_per_sec") is not None
+          and r.get("kind") != "predicted"]
     setup_hash = [config_hash(r.get("config"), SETUP_DROPS) for r in ok]
     # the method's own settings and its server count: one method's variants within a setup
     method_hash = [config_hash({"method": (r.get("config") or {}).get("method"), "servers": _servers_set(r)})

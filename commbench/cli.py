@@ -64,6 +64,8 @@ def parse(argv) -> argparse.Namespace:
     ap.add_argument("--fusion-models", default="resnet50,bert-base")
     ap.add_argument("--fusion-iters", type=int, default=10)
     ap.add_argument("--results", default="results")
+    ap.add_argument("--network-name", default=None,
+                    help="write conf/network/NAME.yaml from the 2-worker all-reduce (default local-<hostname>; 'none': do not)")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds one job may take")
     a = ap.parse_args(argv)
     a.collectives = _list(a.collectives, tuple(COLLECTIVES), "collective")
@@ -198,4 +200,23 @@ def main(argv=None) -> int:
     print(report.render(new))
     print(report.plots(new, Path(a.results) / "commbench"))
     print(f"\n{len(new)} records appended to {out_path} in {time.monotonic() - t0:.0f} s")
+    write_network(new, a.network_name, out_path)
     return 1 if any("error" in r for r in new) else 0
+
+
+def write_network(rows: list[dict], name: str | None, data_path: Path) -> Path | None:
+    """The predictor's network config for this machine from this invocation's 2-worker
+    all-reduce records (predict.network.commbench_network), if they include any."""
+    from ddlbench.predict import auto, network
+
+    if name == "none" or not any(r.get("workers") == 2 and r.get("collective") == "all_reduce" for r in rows):
+        return None
+    name = name or auto.local_network_name()
+    try:
+        spec = network.commbench_network(rows, name, f"make commbench, {data_path} at {record.now_iso()}")
+    except ValueError as exc:
+        print(f"commbench: no network config written: {exc}", file=sys.stderr)
+        return None
+    path = network.write_config(spec)
+    print(f"network config for the predictor written to {path} (NETWORK={name})")
+    return path

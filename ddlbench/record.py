@@ -148,11 +148,11 @@ def now_iso() -> str:
 
 # Settings of the resolved config that do not change what a run measures: where its outputs
 # go and what it keeps (results_dir, trace files, params.pt), whether it runs at all
-# (skip_recorded, launcher.dry_run), how long anyone waits before calling it failed (timeouts,
+# (skip_recorded, launcher.dry_run), what was predicted for it (METHOD=auto), how long anyone waits before calling it failed (timeouts,
 # launcher.wait, the job's time limit) and whom the cluster bills. Every other setting (method,
 # partition, credit and fusion sizes, transport, seed, engine, launcher topology, model
 # dimensions, profile, device, backend, ...) is part of the configuration.
-UNMEASURED = ("results_dir", "trace", "save_params", "skip_recorded", "comm_timeout_s", "startup_timeout_s",
+UNMEASURED = ("results_dir", "prediction", "trace", "save_params", "skip_recorded", "comm_timeout_s", "startup_timeout_s",
               "hydra", "launcher.wait", "launcher.dry_run", "launcher.stall_timeout_s", "launcher.time_min",
               "launcher.account", "launcher.qos")
 

@@ -205,6 +205,8 @@ def base_record(cfg) -> dict:
         git_commit=record.git_commit(), started_at=record.now_iso(), launcher=cfg.launcher.name,
     )
     rec["config_hash"] = record.config_hash(rec["config"])
+    if cfg.get("prediction"):  # METHOD=auto: the prediction that chose this method, beside the measurement
+        rec["prediction"] = OmegaConf.to_container(cfg.prediction, resolve=True)
     return rec
 
 

@@ -1,0 +1,115 @@
+"""`METHOD=auto`: the method predicted fastest for a run's configuration, resolved before it runs.
+
+    python -m ddlbench.predict.auto --model tiny-resnet --workers 2 --profile local [--cluster local]
+        [--link 1gbit] [--network NAME] [--profile-from measured|derived] [--device cpu]
+
+prints on stderr the choice and why (every method's predicted samples/s, what dominates), and
+on stdout two Hydra overrides for the run: `method=<name>` and `prediction={...}`, which the run
+record keeps as `prediction: {method, samples_per_sec, network, dominant}` beside the measurement.
+
+Which network (`network_for`): NETWORK=... if given; CLUSTER=emulated: `emulated-<LINK>`;
+CLUSTER=local: `local-<hostname>` written by `make commbench` if present, else `loopback`
+(conf/network/loopback.yaml, this project's own commbench fit on its development host; see its
+sources). Which profile: for CLUSTER=local and emulated the one measured here by one worker
+(profile.measured, cached); elsewhere the roofline scaled to the study's one-GPU row. Runs here
+are this project's runtime, so the stack is "ddlbench".
+"""
+from __future__ import annotations
+
+import argparse
+import socket
+import sys
+from pathlib import Path
+
+from . import cli, network, simulate
+
+CLUSTERS = ("local", "emulated", "slurm")
+DEFAULT_LOCAL_NETWORK = "loopback"
+
+
+def local_network_name(host: str | None = None) -> str:
+    """The name `make commbench` writes the local network under: local-<hostname>."""
+    host = (host or socket.gethostname()).split(".")[0].lower()
+    return "local-" + "".join(c if c.isalnum() or c in "-_" else "-" for c in host)
+
+
+def network_for(cluster: str, link: str | None = None, override: str | None = None,
+                directory: Path | None = None) -> str:
+    if override:
+        return override
+    if cluster == "emulated":
+        if not link:
+            raise ValueError("CLUSTER=emulated needs LINK (e.g. 1gbit, 10gbit); accepted: a conf/network/emulated-<LINK>")
+        return f"emulated-{link}"
+    if cluster == "local":
+        mine = local_network_name()
+        return mine if ((directory or network.conf_dir()) / f"{mine}.yaml").exists() else DEFAULT_LOCAL_NETWORK
+    raise ValueError(f"CLUSTER={cluster!r} has no default network; accepted: NETWORK=<a conf/network config>")
+
+
+def run_local_batch(model: str, run_profile: str) -> int:
+    """The local batch a run would use: the run profile's override, else the model's."""
+    import yaml
+
+    path = Path(__file__).resolve().parents[1] / "conf" / "profile" / f"{run_profile}.yaml"
+    if path.exists():
+        batch = (yaml.safe_load(path.read_text()) or {}).get("local_batch")
+        if batch:
+            return int(batch)
+    return cli.model_batch(model)
+
+
+def resolve(model: str, workers: int, local_batch: int, net: str, profile_from: str, device: str = "cpu",
+            run_profile: str = "local", stack: str = "ddlbench", methods=simulate.METHODS, prof=None) -> dict:
+    """{method, samples_per_sec, network, dominant, predicted}: the fastest predicted method and
+    every method's prediction."""
+    opts = cli.study_opts(run_profile, stack=stack)
+    prof = prof or cli.load_profile(model, local_batch, None, profile_from, device)
+    preds, prof, cluster = cli.predict(model, [workers], net, methods, local_batch, None, opts, explain=workers > 1,
+                                       prof=prof)
+    best = cli.fastest(preds, workers)
+    p = preds[(best, workers)]
+    return {"method": best, "samples_per_sec": round(p.samples_per_sec, 3), "network": cluster.name,
+            "dominant": p.explanation["dominant"] if p.explanation else "compute",
+            "profile_source": prof.source,
+            "predicted": {m: round(q.samples_per_sec, 3) for (m, _), q in preds.items()}}
+
+
+def hydra_prediction(choice: dict) -> str:
+    """The record's `prediction` as one Hydra override (no spaces: one shell word)."""
+    return ("prediction={method:'%s',samples_per_sec:%r,network:'%s',dominant:'%s'}"
+            % (choice["method"], choice["samples_per_sec"], choice["network"], choice["dominant"]))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ddlbench.predict.auto", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--workers", type=int, required=True)
+    ap.add_argument("--profile", default="local", help="the run profile (its local batch and ByteScheduler-PS variant)")
+    ap.add_argument("--local-batch", type=int, default=None)
+    ap.add_argument("--cluster", default="local", choices=CLUSTERS)
+    ap.add_argument("--link", default=None)
+    ap.add_argument("--network", default=None, help="overrides the cluster's network")
+    ap.add_argument("--profile-from", default=None, choices=cli.PROFILE_SOURCES,
+                    help="default: measured for local and emulated clusters, derived elsewhere")
+    ap.add_argument("--device", default="cpu")
+    a = ap.parse_args(argv)
+    try:
+        net = network_for(a.cluster, a.link, a.network)
+        source = a.profile_from or ("derived" if a.cluster == "slurm" else "measured")
+        batch = a.local_batch or run_local_batch(a.model, a.profile)
+        choice = resolve(a.model, a.workers, batch, net, source, a.device, a.profile,
+                         stack="study" if a.cluster == "slurm" and a.profile == "study" else "ddlbench")
+    except ValueError as exc:
+        print(f"auto: error: {exc}", file=sys.stderr)
+        return 2
+    ranked = sorted(choice["predicted"].items(), key=lambda kv: -kv[1])
+    print(f"METHOD=auto: {choice['method']} is predicted fastest for {a.model} x{a.workers} (local batch {batch}) on "
+          f"network {choice['network']} ({choice['dominant']} dominates); profile: {choice['profile_source']}.\n"
+          f"  predicted samples/s: " + ", ".join(f"{m} {v:.1f}" for m, v in ranked), file=sys.stderr)
+    print(f"method={choice['method']} {hydra_prediction(choice)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,186 @@
+"""`python -m ddlbench.predict --model resnet50 --workers 4,8,16,32 --network 100gbib`
+(`make predict`): predicted samples/s of the seven methods and DDP at each worker count, the
+fastest marked, what dominates each, and one JSON line per (method, workers) appended to
+`<results>/predictions.jsonl` with `"kind": "predicted"`.
+
+Inputs and their sources, each recorded in every line:
+- the per-layer profile (`profile.derived`): the model's operators priced by the roofline on
+  the meta device, scaled to a one-worker throughput: `--one-worker` as stated by the user, or the
+  study's published one-worker row for the model and batch (RTX 2080 Ti; only workers == 1 rows
+  are read);
+- the network (`conf/network/<name>.yaml`, `network.load`);
+- the methods' settings (`conf/method/*.yaml`) and the profile's ByteScheduler-PS variant.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import network, profile, simulate
+
+DEFAULT_FILE = "predictions.jsonl"
+
+
+@dataclass
+class Prediction:
+    method: str
+    workers: int
+    samples_per_sec: float
+    iteration_s: float
+    compute_s: float
+    explanation: dict | None
+
+    def record(self, model: str, local_batch: int, cluster: network.Cluster, prof: profile.Profile,
+               opts: simulate.Options) -> dict:
+        from ddlbench.record import git_commit, now_iso
+
+        rec = {"kind": "predicted", "method": self.method, "model": model, "workers": self.workers,
+               "local_batch": local_batch, "network": cluster.name, "samples_per_sec": round(self.samples_per_sec, 3),
+               "iteration_s": self.iteration_s, "compute_s": self.compute_s,
+               "one_worker_samples_per_sec": prof.samples_per_sec_1, "profile_source": prof.source,
+               "stack": opts.stack, "algorithm": opts.algorithm, "bytescheduler_ps": opts.bytescheduler_ps,
+               "network_sources": cluster.sources, "git_commit": git_commit(), "predicted_at": now_iso()}
+        if self.explanation:
+            rec["dominant"] = self.explanation["dominant"]
+            rec["shares_s"] = self.explanation["shares_s"]
+        return rec
+
+
+def study_opts(profile_name: str = "study", stack: str = "study", algorithm: str = "nccl") -> simulate.Options:
+    """Options as the named run profile would run: its ByteScheduler-PS variant."""
+    import yaml
+
+    path = Path(__file__).resolve().parents[1] / "conf" / "profile" / f"{profile_name}.yaml"
+    variant = (yaml.safe_load(path.read_text()) or {}).get("bytescheduler_ps", "worker") if path.exists() else "worker"
+    return simulate.Options(stack=stack, algorithm=algorithm, bytescheduler_ps=variant)
+
+
+def model_batch(model: str) -> int:
+    import yaml
+
+    from ddlbench.config import conf_dir
+
+    path = conf_dir() / "model" / f"{model}.yaml"
+    if not path.exists():
+        known = sorted(p.stem for p in path.parent.glob("*.yaml"))
+        raise ValueError(f"model {model!r} is unknown; accepted: {', '.join(known)}")
+    return int(yaml.safe_load(path.read_text())["local_batch"])
+
+
+PROFILE_SOURCES = ("derived", "measured")
+
+
+def load_profile(model: str, local_batch: int, one_worker: float | None, source: str = "derived",
+                 device: str = "cpu") -> profile.Profile:
+    """derived: the roofline scaled to `one_worker` (default: the study's published one-GPU row);
+    measured: one worker's hooks on `device` (here), rescaled to `one_worker` only if stated."""
+    if source == "measured":
+        prof = profile.measured(model, local_batch, device)
+        return prof if one_worker is None else prof.scaled(one_worker, f"{prof.source}, scaled to {one_worker:g} samples/s")
+    if source != "derived":
+        raise ValueError(f"profile source {source!r} is unknown; accepted: {', '.join(PROFILE_SOURCES)}")
+    x1 = one_worker if one_worker is not None else profile.one_worker_samples_per_sec(model, local_batch)
+    return profile.derived(model, local_batch, x1)
+
+
+def predict(model: str, workers: list[int], net: str | network.Cluster, methods=simulate.METHODS,
+            local_batch: int | None = None, one_worker: float | None = None, opts: simulate.Options | None = None,
+            explain: bool = True, prof: profile.Profile | None = None):
+    """{(method, workers): Prediction}, with the profile and cluster used."""
+    cluster = network.load(net) if isinstance(net, str) else net
+    local_batch = local_batch or model_batch(model)
+    prof = prof or load_profile(model, local_batch, one_worker)
+    opts = opts or study_opts()
+    out = {}
+    for w in workers:
+        for m in methods:
+            r = simulate.simulate(m, prof, cluster, w, opts)
+            ex = simulate.explain(m, prof, cluster, w, opts) if explain and w > 1 else None
+            out[(m, w)] = Prediction(m, w, r.samples_per_sec(local_batch), r.period_s, r.compute_s, ex)
+    return out, prof, cluster
+
+
+def fastest(preds: dict, workers: int) -> str:
+    cands = {m: p.samples_per_sec for (m, w), p in preds.items() if w == workers}
+    return max(cands, key=cands.get)
+
+
+def describe(explanation: dict) -> str:
+    """'compute; bandwidth 9%': what dominates, then the largest communication cost exposed, as a
+    share of the iteration."""
+    shares, period = explanation["shares_s"], explanation["period_s"]
+    comm = {k: v for k, v in shares.items() if k != "compute"}
+    top = max(comm, key=comm.get)
+    text = explanation["dominant"]
+    if comm[top] > 0.005 * period and top != text:
+        text += f"; {top} {comm[top] / period:.0%}"
+    return text
+
+
+def render(preds: dict, model: str, local_batch: int, cluster: network.Cluster, prof: profile.Profile) -> str:
+    from ddlbench.analysis.tables import markdown, method_key
+
+    workers = sorted({w for _, w in preds})
+    methods = sorted({m for m, _ in preds}, key=method_key)
+    best = {w: fastest(preds, w) for w in workers}
+    rows = []
+    for m in methods:
+        row = [m]
+        for w in workers:
+            p = preds[(m, w)]
+            dom = f" ({describe(p.explanation)})" if p.explanation else ""
+            row.append(f"{p.samples_per_sec:.1f}{dom}" + (" *" if best[w] == m else ""))
+        rows.append(row)
+    head = (f"PREDICTED, not measured: {model}, local batch {local_batch}, network {cluster.name} "
+            f"({cluster.description})\nsamples/s; * = fastest predicted; in brackets what dominates the iteration "
+            f"(compute, latency, bandwidth, server)\nand the largest exposed communication cost as a share of the iteration\nprofile: {prof.source}")
+    return head + "\n" + markdown(["method"] + [f"{w} workers" for w in workers], rows)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m ddlbench.predict", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="resnet50")
+    ap.add_argument("--workers", default="4,8,16,32", help="comma list")
+    ap.add_argument("--network", default="100gbib", help=f"a conf/network config: {', '.join(network.names())}")
+    ap.add_argument("--methods", default="all", help="comma list, or all (the seven methods and ddp)")
+    ap.add_argument("--local-batch", type=int, default=None, help="default: the model's (the study's)")
+    ap.add_argument("--one-worker", type=float, default=None,
+                    help="one-worker samples/s on the target device (default: the study's published one-GPU row)")
+    ap.add_argument("--profile", default="study", help="run profile whose ByteScheduler-PS variant applies")
+    ap.add_argument("--profile-from", default="derived", choices=PROFILE_SOURCES,
+                    help="derived: roofline scaled to a one-worker throughput; measured: one worker's hooks here (cached)")
+    ap.add_argument("--device", default="cpu", help="device of a measured profile")
+    ap.add_argument("--intra", default=None, help="take the intra-node link from this node config instead "
+                    "(e.g. pcie3x16-mgwfbp-table, the study's alternative calibration)")
+    ap.add_argument("--stack", default="study", choices=simulate.STACKS,
+                    help="study: BytePS/Horovod as the study ran them; ddlbench: this project's runtime")
+    ap.add_argument("--algorithm", default="nccl", choices=("nccl", "ring", "tree", "hierarchical"))
+    ap.add_argument("--results", default="results", help=f"appends to RESULTS/{DEFAULT_FILE}")
+    ap.add_argument("--no-record", action="store_true", help="print only")
+    a = ap.parse_args(argv)
+    try:
+        workers = [int(w) for w in str(a.workers).split(",") if w.strip()]
+        if not workers or min(workers) < 1:
+            raise ValueError(f"workers={a.workers!r} is invalid; accepted: a comma list of positive integers")
+        methods = simulate.METHODS if a.methods == "all" else tuple(a.methods.split(","))
+        for m in methods:
+            simulate.method_config(m)
+        opts = study_opts(a.profile, a.stack, a.algorithm)
+        net = network.with_intra(network.load(a.network), a.intra) if a.intra else a.network
+        batch = a.local_batch or model_batch(a.model)
+        prof = load_profile(a.model, batch, a.one_worker, a.profile_from, a.device)
+        preds, prof, cluster = predict(a.model, workers, net, methods, batch, a.one_worker, opts, prof=prof)
+    except ValueError as exc:
+        print(f"predict: error: {exc}", file=sys.stderr)
+        return 2
+    print(render(preds, a.model, prof.local_batch, cluster, prof))
+    if not a.no_record:
+        from ddlbench.record import append
+
+        path = Path(a.results) / DEFAULT_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        append(path, *[p.record(a.model, prof.local_batch, cluster, prof, opts) for p in preds.values()])
+        print(f"\n{len(preds)} predictions appended to {path} (kind: predicted)")
+    return 0

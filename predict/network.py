@@ -1,0 +1,285 @@
+"""Networks as alpha-beta links, and the cost of each collective over a cluster of nodes.
+
+A link moves a message of n bytes in  t(n) = alpha_s + beta_s_per_byte * n  (Hockney's model).
+Two measured points (n1, t1), (n2, t2) fix it exactly:
+    beta = (t2 - t1) / (n2 - n1),   alpha = t1 - beta * n1
+The study gives its points as effective throughput (Shi et al., IEEE Network 2020, "Communication
+Performance"): a message of n bytes at R Gb/s takes t = 8 n / (R * 1e9) s. It writes "16KB" and
+"1MB"; its other figure for the same IB network ("a 16KiB message takes 7.85us") shows that KB
+means KiB: 16,384 bytes at 16.7 Gb/s is 7.85 us. So n1 = 16,384 and n2 = 1,048,576.
+
+A cluster is W workers on m = ceil(W / g) nodes of g GPUs: an intra-node link (PCIe) between the
+GPUs of a node and an inter-node link (the network) between nodes; PS servers sit on machines
+of their own with the inter-node link (as in the study: one server per worker machine).
+
+Collectives (n bytes, W ranks); the step time of a pipelined algorithm is set by its slowest
+link, `max(alpha + chunk * beta)` over the link kinds the algorithm crosses:
+- ring all-reduce: 2 (W - 1) steps of n / W bytes (reduce-scatter, then all-gather); the ring
+  threads every node's GPUs over PCIe and the nodes over the network:
+      t = 2 (W - 1) * max_link(alpha + n / W * beta)
+- tree all-reduce (NCCL 2.4's double binary tree between nodes, a chain inside each): latency
+  2 (ceil(log2 m) alpha_inter + (g - 1) alpha_intra); bandwidth: each node sends and receives
+  n per phase, so 2 n beta of the slowest link (no (W-1)/W saving). NCCL uses trees only
+  between nodes (m >= 2).
+- hierarchical all-reduce (Horovod's HOROVOD_HIERARCHICAL_ALLREDUCE): reduce inside each node,
+  ring all-reduce among the m node leaders, broadcast inside each node.
+- NCCL: the faster of ring and tree. NCCL 2.4.8 chose by a size threshold; NCCL >= 2.5 by a
+  cost model of this kind. Assumed: NCCL picked the faster one.
+- inside a node for a PS partition (BytePS: ncclReduceScatter before the push, ncclAllGather
+  after the pull, each GPU copying its slice to or from the host): (g - 1) steps of n / g bytes
+  each way, plus the copy of n / g bytes.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+KIB = 1024
+STUDY_SMALL_BYTES = 16 * KIB      # the study's "16KB" (see above: KiB)
+STUDY_LARGE_BYTES = 1024 * KIB    # the study's "1MB"
+
+
+def seconds_at(nbytes: int, gbps: float) -> float:
+    """Time of an n-byte message at an effective throughput of `gbps` Gb/s (1e9 bits/s)."""
+    if gbps <= 0:
+        raise ValueError(f"throughput {gbps!r} Gb/s is invalid; accepted: > 0")
+    return 8 * nbytes / (gbps * 1e9)
+
+
+@dataclass(frozen=True)
+class Link:
+    """t(n) = alpha_s + beta_s_per_byte * n."""
+
+    alpha_s: float
+    beta_s_per_byte: float
+
+    def time_s(self, nbytes: float) -> float:
+        return self.alpha_s + self.beta_s_per_byte * nbytes
+
+    @classmethod
+    def from_points(cls, small: tuple[int, float], large: tuple[int, float]) -> "Link":
+        """Exact alpha, beta through two (bytes, effective Gb/s) points."""
+        (n1, r1), (n2, r2) = small, large
+        if n2 <= n1:
+            raise ValueError(f"points ({n1} B, {n2} B) are invalid; accepted: the second message larger than the first")
+        t1, t2 = seconds_at(n1, r1), seconds_at(n2, r2)
+        beta = (t2 - t1) / (n2 - n1)
+        alpha = t1 - beta * n1
+        if beta <= 0 or alpha < 0:
+            raise ValueError(f"points {small}, {large} give alpha={alpha:.3g} s, beta={beta:.3g} s/B; "
+                             f"accepted: points whose line has alpha >= 0 and beta > 0")
+        return cls(alpha, beta)
+
+    @classmethod
+    def from_allreduce(cls, alpha_s: float, beta_s_per_byte: float, ranks: int) -> "Link":
+        """The per-link alpha, beta behind an all-reduce measured as t = a + b n on `ranks` ranks
+        of one ring (t = 2 (r - 1) alpha + 2 (r - 1) / r * n * beta)."""
+        if ranks < 2:
+            raise ValueError(f"ranks={ranks} is invalid for an all-reduce fit; accepted: >= 2")
+        return cls(alpha_s / (2 * (ranks - 1)), beta_s_per_byte * ranks / (2 * (ranks - 1)))
+
+    @property
+    def gbps(self) -> float:
+        """Asymptotic bandwidth in Gb/s."""
+        return 8 / self.beta_s_per_byte / 1e9
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A network config resolved: the links, the node size and the servers' summing speed."""
+
+    name: str
+    intra: Link | None            # between GPUs of one node (None: one GPU per node)
+    inter: Link | None            # between nodes and to servers (None: a single node only)
+    gpus_per_node: int
+    server_mem_Bps: float = 0.0   # a PS server's memory bandwidth for summing (0: summing is free)
+    mgwfbp_table: dict = field(default_factory=dict)  # workers -> (alpha_s, beta_s_per_byte) MG-WFBP used
+    description: str = ""
+    sources: dict = field(default_factory=dict)
+
+    def nodes(self, workers: int) -> tuple[int, int]:
+        """(machines m, GPUs per machine g) for `workers` workers, filling nodes g at a time."""
+        if workers < 1:
+            raise ValueError(f"workers={workers} is invalid; accepted: >= 1")
+        g = min(workers, self.gpus_per_node)
+        m = math.ceil(workers / g)
+        if m > 1 and self.inter is None:
+            raise ValueError(f"network {self.name!r} is one node of {self.gpus_per_node} GPUs; "
+                             f"workers={workers} is invalid; accepted: 1..{self.gpus_per_node}")
+        return m, g
+
+    def _links(self, workers: int) -> list[Link]:
+        m, g = self.nodes(workers)
+        out = []
+        if g > 1:
+            out.append(self.intra)
+        if m > 1:
+            out.append(self.inter)
+        return out
+
+    def ring_allreduce_s(self, nbytes: float, workers: int) -> float:
+        if workers == 1:
+            return 0.0
+        chunk = nbytes / workers
+        return 2 * (workers - 1) * max(l.time_s(chunk) for l in self._links(workers))
+
+    def tree_allreduce_s(self, nbytes: float, workers: int) -> float:
+        m, g = self.nodes(workers)
+        if m == 1:
+            return math.inf  # NCCL builds trees between nodes only
+        latency = 2 * (math.ceil(math.log2(m)) * self.inter.alpha_s + (g - 1) * (self.intra.alpha_s if g > 1 else 0))
+        return latency + 2 * nbytes * max(l.beta_s_per_byte for l in self._links(workers))
+
+    def hierarchical_allreduce_s(self, nbytes: float, workers: int) -> float:
+        m, g = self.nodes(workers)
+        inside = 2 * self.intra_reduce_s(nbytes, g) if g > 1 else 0.0
+        if m == 1:
+            return inside
+        leaders = 2 * (m - 1) * self.inter.time_s(nbytes / m)
+        return inside + leaders
+
+    def allreduce_s(self, nbytes: float, workers: int, algorithm: str = "nccl") -> float:
+        if workers == 1:
+            return 0.0
+        if algorithm == "ring":
+            return self.ring_allreduce_s(nbytes, workers)
+        if algorithm == "tree":
+            return self.tree_allreduce_s(nbytes, workers)
+        if algorithm == "hierarchical":
+            return self.hierarchical_allreduce_s(nbytes, workers)
+        if algorithm == "nccl":
+            return min(self.ring_allreduce_s(nbytes, workers), self.tree_allreduce_s(nbytes, workers))
+        raise ValueError(f"all-reduce algorithm {algorithm!r} is unknown; accepted: nccl, ring, tree, hierarchical")
+
+    def intra_reduce_s(self, nbytes: float, g: int) -> float:
+        """One half of a node's all-reduce (reduce-scatter or all-gather over g GPUs) plus each
+        GPU's copy of its n / g slice to or from the host (BytePS's COPYD2H / COPYH2D)."""
+        if g <= 1:
+            return 0.0
+        return (g - 1) * self.intra.time_s(nbytes / g) + self.intra.beta_s_per_byte * nbytes / g
+
+    def server_sum_s(self, nbytes: float, threads: int) -> float:
+        """One engine thread summing one push of n bytes into the key's sum: reads both, writes
+        one (3 n bytes) at its share of the server's memory bandwidth."""
+        if not self.server_mem_Bps:
+            return 0.0
+        return 3 * nbytes / (self.server_mem_Bps / threads)
+
+
+# -- configs ------------------------------------------------------------------------------------
+def conf_dir() -> Path:
+    return Path(__file__).resolve().parents[1] / "conf" / "network"
+
+
+def names() -> list[str]:
+    return sorted(p.stem for p in conf_dir().glob("*.yaml"))
+
+
+def _link(spec) -> Link | None:
+    if spec is None:
+        return None
+    if "points" in spec:
+        (n1, r1), (n2, r2) = spec["points"]
+        return Link.from_points((int(n1), float(r1)), (int(n2), float(r2)))
+    if "allreduce" in spec:
+        a = spec["allreduce"]
+        if "point" in a:  # one measured all-reduce (bytes, seconds) with the latency stated apart
+            nbytes, seconds = (float(v) for v in a["point"])
+            beta = (seconds - float(a["alpha_s"])) / nbytes
+            if beta <= 0:
+                raise ValueError(f"all-reduce point {a['point']} with alpha_s={a['alpha_s']} gives beta={beta:.3g}; "
+                                 f"accepted: a point slower than alpha alone")
+            return Link.from_allreduce(float(a["alpha_s"]), beta, int(a["ranks"]))
+        return Link.from_allreduce(float(a["alpha_s"]), float(a["beta_s_per_byte"]), int(a["ranks"]))
+    if "rate_gbps" in spec:
+        return Link(float(spec.get("alpha_s", 0.0)), 8 / (float(spec["rate_gbps"]) * 1e9))
+    return Link(float(spec["alpha_s"]), float(spec["beta_s_per_byte"]))
+
+
+def with_intra(cluster: Cluster, node_name: str) -> Cluster:
+    """`cluster` with its intra-node link taken from the node config `node_name` instead (e.g. the
+    study's two calibrations of its PCIe node), the source recorded."""
+    from dataclasses import replace
+
+    node = load(node_name)
+    if node.intra is None:
+        raise ValueError(f"network {node_name!r} has no intra-node link; accepted: a node config such as pcie3x16")
+    return replace(cluster, intra=node.intra, name=f"{cluster.name}+{node_name}",
+                   sources={**cluster.sources, "intra": node.sources.get("intra", node_name)})
+
+
+def load(name: str, directory: Path | None = None) -> Cluster:
+    """`conf/network/<name>.yaml` as a Cluster. A config names its links (`inter`, `intra`) by
+    two points, an all-reduce fit, a rate, or alpha/beta; `intra_from` borrows another config's
+    intra-node link (the study's networks share PCIe 3.0 x16 nodes)."""
+    import yaml
+
+    directory = directory or conf_dir()
+    path = directory / f"{name}.yaml"
+    if not path.exists():
+        raise ValueError(f"network {name!r} is unknown; accepted: {', '.join(names())}")
+    spec = yaml.safe_load(path.read_text()) or {}
+    intra = _link(spec.get("intra"))
+    gpus = spec.get("gpus_per_node")
+    if spec.get("intra_from"):
+        node = load(spec["intra_from"], directory)
+        intra, gpus = intra or node.intra, gpus or node.gpus_per_node
+    table = {int(k): (float(v[0]), float(v[1])) for k, v in (spec.get("mgwfbp_alpha_beta") or {}).items()}
+    return Cluster(name=spec.get("name", name), intra=intra, inter=_link(spec.get("inter")),
+                   gpus_per_node=int(gpus or 1), server_mem_Bps=float(spec.get("server_mem_GBps", 0)) * 1e9,
+                   mgwfbp_table=table, description=spec.get("description", ""), sources=spec.get("sources", {}))
+
+
+# -- the user's own network, from commbench ------------------------------------------------------
+def commbench_network(rows: list[dict], name: str, source: str, backend: str | None = None) -> dict:
+    """A network config (as written to conf/network/<name>.yaml) fitted from commbench's records:
+    the 2-worker fp32 all-reduce of the `sizes` mode, one backend (`backend`, else the one with
+    the most sizes), the median over repeated records of each size's median time; t = a + b n
+    fitted by the predictor's fit (methods.mgwfbp.fit_alpha_beta: least relative squares, a, b
+    >= 0), kept as a 2-rank all-reduce (per link: alpha = a / 2, beta = b). One worker per node:
+    every worker of a local run is its own endpoint on the measured path. The data it came from
+    is written into the config beside its source."""
+    import statistics
+
+    from ddlbench.methods.mgwfbp import fit_alpha_beta
+
+    usable = [r for r in rows if r.get("mode", "sizes") == "sizes" and r.get("collective") == "all_reduce"
+              and r.get("dtype") == "fp32" and r.get("workers") == 2 and r.get("time_us_p50")
+              and not r.get("wrong") and "error" not in r]
+    backends = sorted({r.get("backend") for r in usable}, key=lambda b: -sum(r.get("backend") == b for r in usable))
+    if backend is None and backends:
+        backend = backends[0]
+    usable = [r for r in usable if r.get("backend") == backend]
+    by_size: dict[int, list[float]] = {}
+    for r in usable:
+        by_size.setdefault(int(r["bytes"]), []).append(float(r["time_us_p50"]) * 1e-6)
+    if len(by_size) < 2:
+        raise ValueError(f"commbench records give {len(by_size)} all-reduce sizes at 2 workers (fp32, backend "
+                         f"{backend!r}); accepted: at least 2 (run make commbench WORKERS=2)")
+    sizes = sorted(by_size)
+    times = [statistics.median(by_size[s]) for s in sizes]
+    a, b = fit_alpha_beta(sizes, times)
+    device = usable[0].get("device", "?")
+    return {
+        "name": name,
+        "description": f"measured by make commbench: {backend} on {device}, 2 workers, one worker per endpoint",
+        "gpus_per_node": 1,
+        "inter": {"allreduce": {"alpha_s": a, "beta_s_per_byte": b, "ranks": 2}},
+        "sources": {"inter": f"{source}: 2-worker fp32 all_reduce, {backend} on {device}, {len(sizes)} sizes "
+                             f"{sizes[0]}..{sizes[-1]} B; t = a + b n by least relative squares "
+                             f"(methods.mgwfbp.fit_alpha_beta), a = {a:.4g} s, b = {b:.4g} s/B"},
+        "data": {"bytes": sizes, "time_s": times},
+    }
+
+
+def write_config(spec: dict, directory: Path | None = None) -> Path:
+    import yaml
+
+    path = (directory or conf_dir()) / f"{spec['name']}.yaml"
+    head = "# Written by make commbench (predict.network.commbench_network): the user's own network, fitted\n" \
+           "# from the all-reduce records in `data`; rerun make commbench to refresh.\n"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(head + yaml.safe_dump(spec, sort_keys=False))
+    tmp.replace(path)
+    return path

@@ -1,0 +1,278 @@
+"""Per-layer profiles: what one worker's iteration is made of, for the simulator.
+
+A profile holds, for one model at one local batch on one device:
+- the parameters' element counts, in forward order (`named_parameters`) and the order backward
+  produces their gradients (`ready_names`),
+- `ready_s[i]`: when parameter i's gradient exists, counted from the start of backward,
+- `need_s[i]`: when the forward pass first needs parameter i (its module starts), counted from
+  the start of forward,
+- `forward_s`, `backward_s` and `update_s[i]` (parameter i's SGD step).
+
+Where the times come from (`source`):
+- `derived`: the model of `conf/model/<name>.yaml` runs one forward and backward pass on the meta
+  device (shapes only) under a dispatch mode that prices every operator by the roofline,
+  max(FLOPs / peak, bytes moved / memory bandwidth) (FLOPs from torch.utils.flop_counter's
+  formulas, bytes = its tensor inputs and outputs; views are free); the SGD step (momentum) of a
+  parameter moves 20 bytes per element. Every time is then scaled by one factor so that
+  batch / (forward + backward + update) equals a stated one-worker throughput. Peak and bandwidth
+  only set the relative cost of operators (the scale absorbs their absolute values): RTX 2080 Ti,
+  13.45 TFLOP/s fp32 and 616 GB/s (NVIDIA's specification).
+- `measured` (`PROFILE_FROM=measured`, `--profile-from measured`): one worker on the target
+  device, hooks on the wall clock (`measured`); its one-worker throughput is its own, or it is
+  rescaled the same way to a stated one.
+
+Assumptions: operators run one after another (one stream, no overlap of kernels); the optimizer
+step after communication costs what it cost on one worker; communication kernels do not slow
+compute down.
+
+The stated one-worker throughput of the study's models comes from the published table's
+one-worker rows only (`one_worker_samples_per_sec`): calibration never reads a multi-worker row.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+GPU_PEAK_FLOPS = 13.45e12   # RTX 2080 Ti fp32, boost (NVIDIA specification)
+GPU_MEM_BPS = 616e9         # RTX 2080 Ti GDDR6 (NVIDIA specification)
+SGD_BYTES_PER_ELEMENT = 20  # momentum SGD: read param, grad, buffer; write param, buffer (fp32)
+
+REFERENCE_CSV = Path(__file__).resolve().parents[1] / "results" / "reference" / "shi2020_100gbib_throughput.csv"
+CACHE_DIR = Path.home() / ".cache" / "ddlbench" / "profiles"
+
+
+@dataclass
+class Profile:
+    model: str
+    local_batch: int
+    names: list[str]           # forward order
+    numels: list[int]          # forward order
+    element_size: int
+    ready_names: list[str]     # gradient-ready order (as backward produced them)
+    ready_s: list[float]       # forward order: gradient of parameter i exists, from backward's start
+    need_s: list[float]        # forward order: forward first needs parameter i, from forward's start
+    forward_s: float
+    backward_s: float
+    update_s: list[float]      # forward order: parameter i's optimizer step
+    source: str
+    samples_per_sec_1: float   # the one-worker throughput the profile is scaled to
+
+    @property
+    def compute_s(self) -> float:
+        return self.forward_s + self.backward_s + sum(self.update_s)
+
+    @property
+    def tensor_bytes(self) -> list[int]:
+        return [n * self.element_size for n in self.numels]
+
+    def ready_order(self) -> list[int]:
+        """Indices (forward order) in the order their gradients exist."""
+        index = {n: i for i, n in enumerate(self.names)}
+        return [index[n] for n in self.ready_names]
+
+    def tb_s(self) -> list[float]:
+        """MG-WFBP's t_b in gradient-ready order: the time from one gradient to the next."""
+        out, prev = [], 0.0
+        for i in self.ready_order():
+            out.append(max(0.0, self.ready_s[i] - prev))
+            prev = max(prev, self.ready_s[i])
+        return out
+
+    def scaled(self, samples_per_sec_1: float, source: str) -> "Profile":
+        """The same profile with every time scaled so one worker runs at `samples_per_sec_1`."""
+        if samples_per_sec_1 <= 0:
+            raise ValueError(f"one-worker throughput {samples_per_sec_1!r} samples/s is invalid; accepted: > 0")
+        k = (self.local_batch / samples_per_sec_1) / self.compute_s
+        return Profile(self.model, self.local_batch, self.names, self.numels, self.element_size, self.ready_names,
+                       [t * k for t in self.ready_s], [t * k for t in self.need_s], self.forward_s * k,
+                       self.backward_s * k, [t * k for t in self.update_s], source, samples_per_sec_1)
+
+
+# -- the roofline pass on the meta device ------------------------------------------------------
+def roofline(model: str, local_batch: int) -> Profile:
+    """Unscaled roofline times (seconds on the specified GPU) of one iteration of `model`."""
+    import torch
+    from omegaconf import OmegaConf
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+    from torch.utils.flop_counter import flop_registry
+
+    from ddlbench import models
+    from ddlbench.config import conf_dir
+
+    class Clock(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.now_s = 0.0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            out = func(*args, **kwargs)
+            if not func.is_view:
+                packet = func._overloadpacket
+                flops = flop_registry[packet](*args, **kwargs, out_val=out) if packet in flop_registry else 0
+                nbytes = sum(t.numel() * t.element_size() for t in tree_flatten((args, kwargs, out))[0]
+                             if isinstance(t, torch.Tensor))
+                self.now_s += max(flops / GPU_PEAK_FLOPS, nbytes / GPU_MEM_BPS)
+            return out
+
+    cfg = OmegaConf.load(conf_dir() / "model" / f"{model}.yaml")
+    with torch.device("meta"):
+        w = models.build(cfg, local_batch, seed=0)
+        batch = w.make_batch(0, 0, 0, torch.device("meta"))
+    clock = Clock()
+    with torch.device("meta"), clock:
+        p = _hooked_pass(model, w, batch, lambda: clock.now_s)
+    p.update_s = [SGD_BYTES_PER_ELEMENT * n * p.element_size / 4 / GPU_MEM_BPS for n in p.numels]
+    return p
+
+
+def _hooked_pass(model: str, w, batch, now, profile: "Profile | None" = None) -> "Profile":
+    """One forward and backward pass of workload `w` with hooks that read `now()`: when each
+    module first needs its parameters (forward pre-hook) and when each gradient is accumulated
+    (post-accumulate-grad hook), in the order backward produced them."""
+    named = [(n, p) for n, p in w.model.named_parameters() if p.requires_grad]
+    index = {id(p): i for i, (_, p) in enumerate(named)}
+    need = [None] * len(named)
+    ready: dict[int, float] = {}
+    order: list[int] = []
+    t0 = [0.0, 0.0]  # forward start, backward start
+
+    def pre_hook(module, args):
+        for p in module.parameters(recurse=False):
+            i = index.get(id(p))
+            if i is not None and need[i] is None:
+                need[i] = now() - t0[0]
+
+    def grad_hook(i):
+        def hook(_p):
+            if i not in ready:
+                ready[i] = now() - t0[1]
+                order.append(i)
+        return hook
+
+    handles = [m.register_forward_pre_hook(pre_hook) for m in w.model.modules()]
+    handles += [p.register_post_accumulate_grad_hook(grad_hook(i)) for i, (_, p) in enumerate(named)]
+    try:
+        t0[0] = now()
+        loss = w.loss(w.model, batch)
+        t0[1] = now()
+        forward_s = t0[1] - t0[0]
+        loss.backward()
+        backward_s = now() - t0[1]
+    finally:
+        for h in handles:
+            h.remove()
+    missing = [named[i][0] for i in range(len(named)) if i not in ready]
+    if missing:
+        raise ValueError(f"model {model!r}: parameters without a gradient: {missing[:3]}")
+    need = [forward_s if t is None else t for t in need]  # a parameter no module hook saw: needed last
+    numels = [p.numel() for _, p in named]
+    return Profile(model, w.local_batch, [n for n, _ in named], numels, named[0][1].element_size(),
+                   [named[i][0] for i in order], [ready[i] for i in range(len(named))], need, forward_s, backward_s,
+                   [0.0] * len(named), "roofline", 0.0)
+
+
+def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, warmup: int = 2,
+             cache: bool = True) -> Profile:
+    """The profile measured on `device` by one worker (PROFILE_FROM=measured): forward and backward
+    per layer from the hooks of `_hooked_pass` on the wall clock (CUDA synchronised at every
+    reading on a GPU, as the study's MG-WFBP profiler did), the median of `iters` passes after
+    `warmup`; the momentum-SGD step timed whole and shared by parameter size. Its one-worker
+    throughput is its own (batch / compute). Cached per model, batch and device."""
+    import statistics
+    import time
+
+    import torch
+    from omegaconf import OmegaConf
+
+    from ddlbench import models
+    from ddlbench.config import conf_dir
+
+    path = CACHE_DIR / f"{model}-b{local_batch}-{device.replace(':', '')}-measured.json"
+    if cache and path.exists():
+        try:
+            return Profile(**json.loads(path.read_text()))
+        except (ValueError, TypeError):
+            pass
+    dev = torch.device(device)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+
+    def now() -> float:
+        sync()
+        return time.perf_counter()
+
+    w = models.build(OmegaConf.load(conf_dir() / "model" / f"{model}.yaml"), local_batch, seed=0)
+    w.model.to(dev)
+    opt = torch.optim.SGD(w.model.parameters(), lr=0.01, momentum=0.9)
+    runs, steps = [], []
+    for it in range(warmup + iters):
+        batch = w.make_batch(0, 0, it, dev)
+        opt.zero_grad(set_to_none=True)
+        p = _hooked_pass(model, w, batch, now)
+        t = now()
+        opt.step()
+        if it >= warmup:
+            runs.append(p)
+            steps.append(now() - t)
+    mid = statistics.median
+    first, total = runs[0], sum(runs[0].numels)
+    step_s = mid(steps)
+    out = Profile(model, local_batch, first.names, first.numels, first.element_size, first.ready_names,
+                  [mid([r.ready_s[i] for r in runs]) for i in range(len(first.names))],
+                  [mid([r.need_s[i] for r in runs]) for i in range(len(first.names))],
+                  mid([r.forward_s for r in runs]), mid([r.backward_s for r in runs]),
+                  [step_s * n / total for n in first.numels],
+                  f"measured: one worker on {device}, hooks, median of {iters} iterations", 0.0)
+    out.samples_per_sec_1 = local_batch / out.compute_s
+    if cache:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(out)))
+        tmp.replace(path)
+    return out
+
+
+def derived(model: str, local_batch: int, samples_per_sec_1: float, cache: bool = True) -> Profile:
+    """The roofline profile scaled to a stated one-worker throughput (cached per model, batch)."""
+    path = CACHE_DIR / f"{model}-b{local_batch}.json"
+    raw = None
+    if cache and path.exists():
+        try:
+            raw = Profile(**json.loads(path.read_text()))
+        except (ValueError, TypeError):
+            raw = None
+    if raw is None:
+        raw = roofline(model, local_batch)
+        if cache:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(asdict(raw)))
+            tmp.replace(path)
+    return raw.scaled(samples_per_sec_1, f"derived: roofline per operator, scaled to {samples_per_sec_1:g} samples/s on one worker")
+
+
+# -- calibration: the one-worker rows of the published table, and nothing else --------------------
+def one_worker_rows(path: Path = REFERENCE_CSV):
+    """The published table's single-worker rows: the only rows calibration may read. Every
+    multi-worker row is validation data and is dropped here, before anything parses its numbers."""
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            if row["workers"].strip() != "1":
+                continue
+            yield row
+
+
+def one_worker_samples_per_sec(model: str, local_batch: int, path: Path = REFERENCE_CSV) -> float:
+    """The study's one-GPU throughput of `model` at `local_batch` (RTX 2080 Ti)."""
+    values = {float(r["samples_per_sec"]) for r in one_worker_rows(path)
+              if r["model"].replace("_", "-") == model and int(r["local_batch"]) == local_batch}
+    if not values:
+        known = sorted({(r["model"].replace("_", "-"), int(r["local_batch"])) for r in one_worker_rows(path)})
+        raise ValueError(f"no published one-worker throughput for model={model!r} at local batch {local_batch}; "
+                         f"accepted: {', '.join(f'{m} at {b}' for m, b in known)}, or state one (--one-worker)")
+    if len(values) > 1:
+        raise ValueError(f"published one-worker rows disagree for {model} at {local_batch}: {sorted(values)}")
+    return values.pop()

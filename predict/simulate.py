@@ -1,0 +1,536 @@
+"""A discrete-event model of one training iteration per method, on a `network.Cluster`.
+
+Every schedule decision is the runtime's own code, imported, never copied:
+- BSP and WFBP groups: `methods.grouped.fuse_by_threshold` (threshold in elements; BSP's
+  536,870,912 fuses everything, WFBP's 0 sends one tensor per message), over the runtime's
+  gradient-ready order (`grouped.ready_order`: last registered first);
+- MG-WFBP groups: `methods.mgwfbp.merge_groups` with the profile's t_b and the study's
+  small-group rule (`min_group_numel`), its alpha/beta either the table the study's code used
+  (`Cluster.mgwfbp_table`, stack "study") or `mgwfbp.fit_alpha_beta` over the runtime's
+  microbenchmark sizes (`mgwfbp.bench_sizes`) timed by this model, as ddlbench fits at start-up;
+- ByteScheduler: `methods.bytescheduler.CreditQueue` (partition and credit in parameters, pid =
+  priority in forward order, ByteScheduler's credit rule);
+- PS: `methods.ps.plan` (4,096,000-byte partitions, server = djb2(key) % S), the servers'
+  `ps.EngineMap` (key -> engine thread) and, for BytePS's server schedule, `ps.ScheduledQueue`;
+- DDP: `fuse_by_threshold` in bytes with DDP's bucket caps (1 MiB first bucket, then 25 MiB).
+
+What is modelled (one worker stands for all: workers are identical, so every machine does the
+same thing at the same time, and a server receives a partition from all m machines at once):
+- compute from a `profile.Profile`: forward, then backward producing gradient i at ready_s[i];
+- all-reduce methods: one NCCL stream per worker, so collectives run one at a time in launch
+  order, each costing `Cluster.allreduce_s` (NCCL: faster of ring and tree); BSP launches after
+  backward, the others from the hook of the group's last gradient (overlap with backward); fused
+  groups pay a pack and an unpack copy at the GPU's memory bandwidth;
+- PS methods, per machine (BytePS): per partition, a reduce inside the node over its NCCL stream,
+  a push on the machine's uplink, the server's downlink taking all m machines' pushes (m x the
+  bytes: the contention the servers see), the summing on the key's engine thread, a pull on the
+  server's uplink (m x the bytes) and the machine's downlink, and a broadcast inside the node.
+  A message streams through a worker link and a server link at the slower of the two (cut
+  through, not store and forward). Stack "study": with one machine BytePS is not distributed
+  (DMLC_NUM_WORKER=1), so only the node's reduce and broadcast run; ddlbench's runtime pushes
+  through the servers even then (stack "ddlbench");
+- ByteScheduler: partitions queue as their gradient appears; the dispatcher starts the most
+  urgent while credit remains; credit returns when an all-reduce ends (A2A) or when the servers
+  hold the push (PS); a parameter is updated as soon as its last partition lands, and the next
+  forward pass waits, layer by layer, only for its own parameters (overlap with the next
+  forward). The study's ByteScheduler-PS (`scheduler: byteps`) is WFBP-PS with BytePS's server
+  schedule instead;
+- every other method updates all parameters after all communication, and the next forward
+  starts after that.
+
+- ByteScheduler-A2A, stack "study": its partitions go through Horovod 0.19 at its defaults (the
+  study's script sets none of HOROVOD_CYCLE_TIME, HOROVOD_FUSION_THRESHOLD, HOROVOD_CACHE_CAPACITY):
+  a request waits for the background loop's next cycle (5 ms), and each cycle fuses what is
+  pending into buffers of at most 64 MiB (`HorovodCycle`). The response cache only shortens
+  the negotiation inside a cycle, which is not timed here.
+
+Not modelled: compute slowed by concurrent communication kernels or copies; Python-side
+overheads of the schedulers (ByteScheduler's busy polling thread and the GIL, its per-parameter
+Python update); stragglers; the servers' CPU beyond summing. One scheduling step of our
+CreditQueue (push, pop, release) costs 0.47 us per partition on this project's CPU (measured with
+timeit over 400 partitions), so the queue's own cost is left out.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ddlbench.methods.bytescheduler import CreditQueue
+from ddlbench.methods.grouped import fuse_by_threshold
+from ddlbench.methods.mgwfbp import bench_sizes, fit_alpha_beta, merge_groups
+from ddlbench.methods.ps import EngineMap, ScheduledQueue, plan
+
+from .network import Cluster, Link
+from .profile import GPU_MEM_BPS, Profile
+
+METHODS = ("bsp-ps", "bsp-a2a", "wfbp-ps", "wfbp-a2a", "mg-wfbp", "bytescheduler-ps", "bytescheduler-a2a", "ddp")
+STACKS = ("study", "ddlbench")
+DDP_FIRST_BUCKET_BYTES = 1 << 20   # torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES
+# Horovod 0.19's defaults (horovod/common/operations.cc, BackgroundThreadLoop:
+# SetCycleTimeMs(5) and SetTensorFusionThresholdBytes(64 * 1024 * 1024) unless the environment
+# overrides them; the study's ByteScheduler-A2A script overrides neither).
+HOROVOD_CYCLE_S = 0.005
+HOROVOD_FUSION_BYTES = 64 * 1024 * 1024
+ITERATIONS = 3                     # simulated back to back; the last gap is the steady-state period
+
+
+def method_config(name: str, bytescheduler_ps: str = "byteps") -> dict:
+    """conf/method/<name>.yaml as a dict, the ByteScheduler-PS variant filled in."""
+    import yaml
+
+    path = Path(__file__).resolve().parents[1] / "conf" / "method" / f"{name}.yaml"
+    if name not in METHODS or not path.exists():
+        raise ValueError(f"method {name!r} is unknown to the predictor; accepted: {', '.join(METHODS)}")
+    cfg = yaml.safe_load(path.read_text())
+    if "scheduler" in cfg:
+        cfg["scheduler"] = bytescheduler_ps
+    return cfg
+
+
+# -- the event engine -------------------------------------------------------------------------
+class Sim:
+    def __init__(self):
+        self.heap: list = []
+        self.seq = 0
+        self.now = 0.0
+
+    def at(self, t: float, fn, *args) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, fn, args))
+
+    def run(self) -> None:
+        heap = self.heap
+        while heap:
+            t, _, fn, args = heapq.heappop(heap)
+            self.now = t
+            fn(*args)
+
+
+class Station:
+    """One resource serving one job at a time: a link direction, a NCCL stream, an engine
+    thread. FIFO, or `queue` (put/get: e.g. ps.ScheduledQueue) picks the next job. A job is
+    (duration_s, min_end_s, on_start, on_done): it ends at max(start + duration, min_end), which
+    lets a transfer stream through two links at the slower one's pace."""
+
+    def __init__(self, sim: Sim, queue=None):
+        self.sim = sim
+        self.queue = queue
+        self.fifo: deque = deque()
+        self.busy = False
+
+    def submit(self, job) -> None:
+        if self.queue is not None:
+            self.queue.put(job)
+        else:
+            self.fifo.append(job)
+        if not self.busy:
+            self._next()
+
+    def _next(self) -> None:
+        if self.queue is not None:
+            if not self.queue._heap:
+                self.busy = False
+                return
+            job = self.queue.get()
+        elif self.fifo:
+            job = self.fifo.popleft()
+        else:
+            self.busy = False
+            return
+        self.busy = True
+        now = self.sim.now
+        dur, min_end, on_start, on_done = job[-4:]
+        end = max(now + dur, min_end)
+        if on_start is not None:
+            on_start(now, end)
+        self.sim.at(end, self._done, on_done)
+
+    def _done(self, on_done) -> None:
+        if on_done is not None:
+            on_done()
+        self._next()
+
+
+# -- the cluster's communication, per worker ----------------------------------------------------
+@dataclass
+class Options:
+    stack: str = "study"            # "study": BytePS/Horovod as the study ran them; "ddlbench": this runtime
+    algorithm: str = "nccl"         # all-reduce algorithm: nccl (faster of ring, tree), ring, tree, hierarchical
+    bytescheduler_ps: str = "byteps"  # the study's variant (profile=study); "worker": ByteScheduler's queue
+    servers: int | None = None      # PS servers; None = one per worker machine (the study)
+    server_contention: bool = True  # False: a what-if for `explain`: each server link carries one
+                                    # machine's bytes and summing is free
+
+    def __post_init__(self):
+        if self.stack not in STACKS:
+            raise ValueError(f"stack={self.stack!r} is unknown; accepted: {', '.join(STACKS)}")
+        if self.bytescheduler_ps not in ("byteps", "worker"):
+            raise ValueError(f"bytescheduler_ps={self.bytescheduler_ps!r} is unknown; accepted: byteps, worker")
+
+
+class AllReduceComm:
+    """One NCCL stream: collectives one at a time, in submission order."""
+
+    def __init__(self, sim: Sim, cluster: Cluster, workers: int, algorithm: str):
+        self.stream = Station(sim)
+        self.cluster, self.workers, self.algorithm = cluster, workers, algorithm
+
+    def send(self, nbytes: int, extra_s: float, on_done) -> None:
+        dur = self.cluster.allreduce_s(nbytes, self.workers, self.algorithm) + extra_s
+        self.stream.submit((dur, 0.0, None, on_done))
+
+
+class HorovodCycle:
+    """Horovod's background loop in front of a NCCL stream (`AllReduceComm`): a request waits for
+    the next cycle boundary (RunLoopOnce sleeps until last_cycle_start + cycle time); at each,
+    the pending requests, in request order, are fused greedily into buffers of at most
+    `fusion_bytes` (docs/tensor-fusion.rst: "select first few tensors that fit"), each one
+    all-reduce plus a copy into and out of the fusion buffer."""
+
+    def __init__(self, sim: Sim, comm: AllReduceComm, cycle_s: float = HOROVOD_CYCLE_S,
+                 fusion_bytes: int = HOROVOD_FUSION_BYTES):
+        self.sim, self.comm, self.cycle_s, self.fusion_bytes = sim, comm, cycle_s, fusion_bytes
+        self.pending: list = []
+        self.tick_pending = False
+
+    def send(self, nbytes: int, extra_s: float, on_done) -> None:
+        self.pending.append((nbytes, extra_s, on_done))
+        if not self.tick_pending:
+            self.tick_pending = True
+            self.sim.at((math.floor(self.sim.now / self.cycle_s) + 1) * self.cycle_s, self._cycle)
+
+    def _cycle(self) -> None:
+        self.tick_pending = False
+        batch, self.pending = self.pending, []
+        groups: list[list] = []
+        for req in batch:
+            if groups and sum(r[0] for r in groups[-1]) + req[0] <= self.fusion_bytes:
+                groups[-1].append(req)
+            else:
+                groups.append([req])
+        for g in groups:
+            nbytes = sum(r[0] for r in g)
+            copy_s = 2 * nbytes / GPU_MEM_BPS if len(g) > 1 else 0.0
+            self.comm.send(nbytes, copy_s + sum(r[1] for r in g), lambda g=g: [r[2]() for r in g])
+
+
+class PSComm:
+    """BytePS per machine: node reduce -> push -> server sum -> pull -> node broadcast, per
+    partition of `ps.plan`, over stations for the node's NCCL stream, the machine's two link
+    directions, and each server's two link directions and engine threads."""
+
+    def __init__(self, sim: Sim, cluster: Cluster, workers: int, message_numels: list[int], element_size: int,
+                 method_cfg: dict, opts: Options, server_schedule: bool):
+        self.sim, self.cluster = sim, cluster
+        self.m, self.g = cluster.nodes(workers)
+        self.S = opts.servers or self.m
+        self.parts = plan(message_numels, element_size, int(method_cfg["partition_bytes"]), self.S)
+        self.esize = element_size
+        self.local_only = self.m == 1 and opts.stack == "study"  # BytePS with DMLC_NUM_WORKER=1
+        self.node = Station(sim)
+        if not self.local_only:
+            self.up, self.down = Station(sim), Station(sim)
+            self.server_in = [Station(sim) for _ in range(self.S)]
+            self.server_out = [Station(sim) for _ in range(self.S)]
+            threads = int(method_cfg.get("server_engine_threads", 8))
+            self.threads = threads
+            self.engine_map = [EngineMap(threads) for _ in range(self.S)]
+            self.engines = [[Station(sim, ScheduledQueue(self.m) if server_schedule else None) for _ in range(threads)]
+                            for _ in range(self.S)]
+            self.summing = (cluster.server_mem_Bps > 0 or server_schedule) and opts.server_contention
+        self.fan_in = self.m if opts.server_contention else 1  # pushes a server link carries per partition
+
+    def send(self, message: int, on_pushed, on_done) -> None:
+        parts = self.parts[message]
+        left = {"pushed": len(parts), "done": len(parts)}
+
+        def tick(what, then):
+            left[what] -= 1
+            if left[what] == 0 and then is not None:
+                then()
+
+        for p in parts:
+            self._part(p, lambda: tick("pushed", on_pushed), lambda: tick("done", on_done))
+
+    def _part(self, part, pushed, done) -> None:
+        c, sim = self.cluster, self.sim
+        nbytes = part.numel * self.esize
+        node_s = c.intra_reduce_s(nbytes, self.g)
+
+        def broadcast():
+            self.node.submit((node_s, 0.0, None, done))
+
+        if self.local_only:
+            self.node.submit((node_s, 0.0, None, lambda: (pushed(), broadcast())))
+            return
+        inter: Link = c.inter
+        k = part.server
+
+        def pull():
+            def started(now, end):
+                sim.at(now + inter.alpha_s, self.down.submit, (nbytes * inter.beta_s_per_byte, end, None, broadcast))
+            self.server_out[k].submit((inter.time_s(self.fan_in * nbytes), 0.0, started, None))
+
+        def summed():
+            if not self.summing:
+                return pull()
+            thread = self.engines[k][self.engine_map[k].thread_of(part.key, nbytes)]
+            sum_s = c.server_sum_s(nbytes, self.threads)
+            left = [self.m]
+
+            def one():
+                left[0] -= 1
+                if left[0] == 0:
+                    pull()
+            for _ in range(self.m):  # one engine message per machine's push (BytePS: SUM_RECV)
+                thread.submit((part.key, sum_s, 0.0, None, one))
+
+        def held():
+            pushed()
+            summed()
+
+        def push_started(now, end):
+            sim.at(now + inter.alpha_s, self.server_in[k].submit,
+                   (self.fan_in * nbytes * inter.beta_s_per_byte, end, None, held))
+
+        def reduced():
+            self.up.submit((inter.time_s(nbytes), 0.0, push_started, None))
+
+        self.node.submit((node_s, 0.0, None, reduced))
+
+
+# -- methods --------------------------------------------------------------------------------
+@dataclass
+class Plan:
+    """What a method sends: messages (lists of forward-order parameter indices), when each
+    leaves, and how the update follows."""
+
+    messages: list[list[int]]
+    eager: bool = True           # from the hook of the message's last gradient; else after backward
+    bytescheduler: bool = False  # partitions through a CreditQueue, per-parameter updates
+    ps: bool = False
+    server_schedule: bool = False
+
+
+def grouped_messages(profile: Profile, threshold: int, by_bytes: bool = False) -> list[list[int]]:
+    """`fuse_by_threshold` over the runtime's gradient-ready order (last registered first)."""
+    order = list(range(len(profile.names)))[::-1]
+    sizes = [profile.numels[i] * (profile.element_size if by_bytes else 1) for i in order]
+    return [[order[j] for j in g] for g in fuse_by_threshold(sizes, threshold)]
+
+
+def mgwfbp_alpha_beta(cluster: Cluster, workers: int, cfg: dict, opts: Options) -> tuple[float, float, str]:
+    """The alpha, beta MG-WFBP decides with: set in the config; else the study's table for this
+    worker count (stack study); else a relative least-squares fit of this model's all-reduce
+    times over the runtime's microbenchmark sizes, as ddlbench fits at start-up."""
+    if cfg.get("alpha_s") is not None and cfg.get("beta_s_per_byte") is not None:
+        return float(cfg["alpha_s"]), float(cfg["beta_s_per_byte"]), "method config"
+    if opts.stack == "study" and workers in cluster.mgwfbp_table:
+        a, b = cluster.mgwfbp_table[workers]
+        return a, b, f"the study's table for {workers} workers"
+    sizes = bench_sizes(int(cfg.get("bench_min_bytes", 32768)), int(cfg.get("bench_max_bytes", 2064384)))
+    a, b = fit_alpha_beta(sizes, [cluster.allreduce_s(s, workers, opts.algorithm) for s in sizes])
+    return a, b, "fitted to this model's all-reduce times (the runtime's microbenchmark sizes)"
+
+
+def plan_for(method: str, profile: Profile, cluster: Cluster, workers: int, opts: Options) -> Plan:
+    cfg = method_config(method, opts.bytescheduler_ps)
+    if method == "ddp":
+        first = grouped_messages(profile, DDP_FIRST_BUCKET_BYTES, by_bytes=True)[0]
+        order = [i for i in list(range(len(profile.names)))[::-1] if i not in set(first)]
+        cap = int(cfg["bucket_cap_mb"]) << 20
+        rest = fuse_by_threshold([profile.numels[i] * profile.element_size for i in order], cap)
+        return Plan([first] + [[order[j] for j in g] for g in rest])
+    if cfg["schedule"] == "bsp":
+        return Plan(grouped_messages(profile, int(cfg["fusion_elems"])), eager=False, ps=cfg["architecture"] == "ps")
+    if cfg["schedule"] == "wfbp":
+        return Plan(grouped_messages(profile, 0), ps=cfg["architecture"] == "ps")
+    if cfg["schedule"] == "mgwfbp":
+        a, b, _ = mgwfbp_alpha_beta(cluster, workers, cfg, opts)
+        order = profile.ready_order()
+        groups = merge_groups(profile.tb_s(), [profile.tensor_bytes[i] for i in order], a, b,
+                              [profile.numels[i] for i in order], int(cfg.get("min_group_numel", 0)))
+        return Plan([[order[j] for j in g] for g in groups])
+    if cfg["schedule"] == "bytescheduler":
+        if cfg["architecture"] == "ps" and cfg.get("scheduler") == "byteps":
+            return Plan(grouped_messages(profile, 0), ps=True, server_schedule=True)
+        return Plan([], bytescheduler=True, ps=cfg["architecture"] == "ps")
+    raise ValueError(f"method {method!r} has schedule {cfg['schedule']!r}, unknown to the predictor")
+
+
+@dataclass
+class Result:
+    method: str
+    workers: int
+    period_s: float
+    compute_s: float
+    messages: int
+    alpha_beta: tuple | None = None
+
+    def samples_per_sec(self, local_batch: int) -> float:
+        return self.workers * local_batch / self.period_s
+
+
+def simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opts: Options | None = None,
+             plan: Plan | None = None) -> Result:
+    """The steady-state iteration time of `method` on `workers` workers of `cluster` (`plan`:
+    the method's messages, decided beforehand; by default `plan_for` decides)."""
+    opts = opts or Options()
+    if workers == 1:
+        return Result(method, 1, profile.compute_s, profile.compute_s, 0)
+    cluster.nodes(workers)  # validates the worker count against the network
+    cfg = method_config(method, opts.bytescheduler_ps)
+    p = plan or plan_for(method, profile, cluster, workers, opts)
+    n = len(profile.names)
+    updated = [0.0] * n
+    order_by_need = sorted(range(n), key=profile.need_s.__getitem__)
+    starts = []
+    f0 = 0.0
+    # Without ByteScheduler every iteration ends in a barrier (all updated, then the next forward),
+    # so one iteration is the steady state; ByteScheduler's overlap needs a few to settle.
+    for _ in range(ITERATIONS if p.bytescheduler else 1):
+        starts.append(f0)
+        # forward: each layer waits for its own parameters
+        delay = 0.0
+        for i in order_by_need:
+            late = updated[i] - (f0 + profile.need_s[i] + delay)
+            if late > 0:
+                delay += late
+        b0 = f0 + profile.forward_s + delay
+        b_end = b0 + profile.backward_s
+        done = _communicate(p, profile, cluster, workers, cfg, opts, b0, b_end)
+        if p.bytescheduler:
+            cursor = 0.0  # per-parameter updates, in landing order, one at a time on the GPU
+            for i in sorted(range(n), key=done.__getitem__):
+                cursor = max(cursor, done[i]) + profile.update_s[i]
+                updated[i] = cursor
+            f0 = b_end
+        else:
+            unpack = sum(2 * sum(profile.tensor_bytes[i] for i in msg) / GPU_MEM_BPS
+                         for msg in p.messages if len(msg) > 1)
+            f0 = max(b_end, max(done)) + unpack + sum(profile.update_s)
+            updated = [f0] * n
+    starts.append(f0)
+    period = starts[-1] - starts[-2]
+    messages = len(p.messages) if not p.bytescheduler else None
+    return Result(method, workers, period, profile.compute_s, messages or 0)
+
+
+def _communicate(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg: dict, opts: Options,
+                 b0: float, b_end: float) -> list[float]:
+    """One iteration's communication from backward start b0: when each parameter's averaged
+    gradient is in place (absolute times)."""
+    sim = Sim()
+    n = len(profile.names)
+    done = [b_end] * n
+    ready = [b0 + t for t in profile.ready_s]
+    esize = profile.element_size
+
+    if p.bytescheduler:
+        pp = int(cfg["partition_params"])
+        parts, param_of = [], []
+        for i in range(n):
+            for start in range(0, profile.numels[i], pp):
+                parts.append(min(profile.numels[i], start + pp) - start)
+                param_of.append(i)
+        queue = CreditQueue(int(cfg["credit_params"]), parts)
+        left = [0] * n
+        for i in param_of:
+            left[i] += 1
+        if p.ps:
+            comm = PSComm(sim, cluster, workers, parts, esize, cfg, opts, server_schedule=False)
+        else:
+            comm = AllReduceComm(sim, cluster, workers, opts.algorithm)
+            if opts.stack == "study":
+                comm = HorovodCycle(sim, comm)
+
+        def landed(pid):
+            i = param_of[pid]
+            left[i] -= 1
+            if left[i] == 0:
+                done[i] = sim.now
+
+        def release(pid):
+            queue.release(pid)
+            dispatch()
+
+        def dispatch():
+            while (pid := queue.pop()) is not None:
+                if p.ps:
+                    comm.send(pid, lambda pid=pid: release(pid), lambda pid=pid: landed(pid))
+                else:
+                    comm.send(parts[pid] * esize, 0.0, lambda pid=pid: (release(pid), landed(pid)))
+
+        first_pid = 0
+        for i in range(n):
+            pids = list(range(first_pid, first_pid + left[i]))
+            first_pid += left[i]
+
+            def grad_ready(pids=pids):
+                for pid in pids:
+                    queue.push(pid)
+                dispatch()
+            sim.at(ready[i], grad_ready)
+        sim.run()
+        return done
+
+    messages = p.messages
+    if p.ps:
+        comm = PSComm(sim, cluster, workers, [sum(profile.numels[i] for i in m) for m in messages], esize, cfg, opts,
+                      p.server_schedule)
+    else:
+        comm = AllReduceComm(sim, cluster, workers, opts.algorithm)
+    for g, members in enumerate(messages):
+        launch = max(ready[i] for i in members) if p.eager else b_end
+        nbytes = sum(profile.numels[i] for i in members) * esize
+        pack = 2 * nbytes / GPU_MEM_BPS if len(members) > 1 else 0.0
+
+        def finished(members=members):
+            for i in members:
+                done[i] = sim.now
+        if p.ps:
+            sim.at(launch + pack, comm.send, g, None, finished)
+        else:
+            sim.at(launch, comm.send, nbytes, pack, finished)
+    sim.run()
+    return done
+
+
+# -- what dominates --------------------------------------------------------------------------
+def explain(method: str, profile: Profile, cluster: Cluster, workers: int, opts: Options | None = None) -> dict:
+    """Where the predicted iteration goes: compute, and the exposed communication attributed by
+    re-simulating without each cost in turn: latency (every alpha 0), bandwidth (every beta 0),
+    server (servers as fast as one machine's link and summing free). Each share is what the
+    iteration would lose without that cost alone; shares overlap and need not add up."""
+    opts = opts or Options()
+    plan = plan_for(method, profile, cluster, workers, opts)  # the same decisions in every what-if
+    base = simulate(method, profile, cluster, workers, opts, plan).period_s
+
+    def link(l, alpha=True, beta=True):
+        return None if l is None else Link(l.alpha_s if alpha else 0.0, l.beta_s_per_byte if beta else 0.0)
+
+    def without(**links) -> float:
+        what_if = replace(cluster, **{k: link(getattr(cluster, k), **v) for k, v in links.items()})
+        return max(0.0, base - simulate(method, profile, what_if, workers, opts, plan).period_s)
+
+    shares = {"compute": profile.compute_s,
+              "latency": without(intra={"alpha": False}, inter={"alpha": False}),
+              "bandwidth": without(intra={"beta": False}, inter={"beta": False}),
+              "server": max(0.0, base - simulate(method, profile, cluster, workers,
+                                                 replace(opts, server_contention=False), plan).period_s)}
+    exposed = max(0.0, base - profile.compute_s)
+    comm = {k: v for k, v in shares.items() if k != "compute"}
+    dominant = "compute" if profile.compute_s >= exposed or not any(comm.values()) else max(comm, key=comm.get)
+    return {"period_s": base, "exposed_comm_s": exposed, "shares_s": shares, "dominant": dominant}
+
+
+def mape(pairs) -> float:
+    """Median absolute percentage error of (predicted, measured) pairs."""
+    errs = sorted(abs(p - m) / m for p, m in pairs)
+    if not errs:
+        return math.nan
+    mid = len(errs) // 2
+    return errs[mid] if len(errs) % 2 else (errs[mid - 1] + errs[mid]) / 2

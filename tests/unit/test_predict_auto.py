@@ -1,0 +1,94 @@
+"""METHOD=auto (resolution and the record field), commbench's network fit, the measured profile."""
+import pytest
+import yaml
+
+from ddlbench import config, launch
+from ddlbench.predict import auto, cli, network, profile
+from ddlbench.predict.network import Cluster, Link
+
+
+def toy_profile(model="tiny-resnet", batch=4):
+    # 3 tensors of 1,000,000 elements; forward 0.1 s, backward 0.3 s (gradients at 0.1, 0.2, 0.3)
+    n = 1_000_000
+    return profile.Profile(model, batch, ["a", "b", "c"], [n, n, n], 4, ["c", "b", "a"], [0.3, 0.2, 0.1],
+                           [0.0, 0.03, 0.06], 0.1, 0.3, [0.0, 0.0, 0.0], "test", batch / 0.4)
+
+
+def test_network_for_each_cluster(tmp_path, monkeypatch):
+    assert auto.local_network_name("Node_7.example.org") == "local-node_7"
+    assert auto.network_for("local", None, "100gbib") == "100gbib"  # NETWORK= overrides
+    assert auto.network_for("emulated", "1gbit") == "emulated-1gbit"
+    monkeypatch.setattr(auto, "local_network_name", lambda: "local-box")
+    assert auto.network_for("local", directory=tmp_path) == auto.DEFAULT_LOCAL_NETWORK
+    (tmp_path / "local-box.yaml").write_text("name: local-box\n")
+    assert auto.network_for("local", directory=tmp_path) == "local-box"  # commbench's, once written
+    with pytest.raises(ValueError, match="needs LINK"):
+        auto.network_for("emulated")
+
+
+def test_auto_picks_the_predicted_fastest_and_says_so():
+    # A slow link (1 Gb/s, 1 ms): 12 MB per iteration dwarfs 0.4 s of compute, so BSP (no overlap)
+    # cannot win; whatever wins is the max of the predictions, which are all there.
+    slow = Cluster("slow", intra=None, inter=Link(1e-3, 8e-9), gpus_per_node=1)
+    choice = auto.resolve("tiny-resnet", 2, 4, slow, "derived", prof=toy_profile())
+    assert choice["predicted"][choice["method"]] == max(choice["predicted"].values())
+    assert choice["method"] not in ("bsp-a2a", "bsp-ps")
+    assert choice["samples_per_sec"] == choice["predicted"][choice["method"]] and choice["network"] == "slow"
+    assert choice["dominant"] in ("compute", "latency", "bandwidth", "server")
+    override = auto.hydra_prediction(choice)
+    assert " " not in override and override.startswith("prediction={method:'")
+
+
+def test_the_record_keeps_the_prediction_beside_the_measurement_and_its_config_hash_ignores_it():
+    pred = "prediction={method:'wfbp-a2a',samples_per_sec:12.5,network:'loopback',dominant:'compute'}"
+    compose = lambda *o: config.resolve(config._compose(["model=tiny-resnet", "workers=2", *o]))  # noqa: E731
+    rec = launch.base_record(compose("method=wfbp-a2a", pred))
+    assert rec["prediction"] == {"method": "wfbp-a2a", "samples_per_sec": 12.5, "network": "loopback",
+                                 "dominant": "compute"}
+    plain = launch.base_record(compose("method=wfbp-a2a"))
+    assert "prediction" not in plain and plain["config_hash"] == rec["config_hash"]
+
+
+def commbench_rows(a=1e-4, b=2e-9):
+    rows = [{"mode": "sizes", "collective": "all_reduce", "dtype": "fp32", "device": "cpu", "workers": 2,
+             "backend": "gloo", "bytes": n, "time_us_p50": (a + b * n) * 1e6, "wrong": 0}
+            for n in (1024, 65536, 1 << 20, 4 << 20)]
+    # ignored: another worker count, dtype, collective, and a failed job
+    rows += [{**rows[0], "workers": 3, "time_us_p50": 1.0}, {**rows[1], "dtype": "fp16", "time_us_p50": 1.0},
+             {**rows[2], "collective": "broadcast", "time_us_p50": 1.0}, {"error": "x2 job timed out"}]
+    return rows
+
+
+def test_commbench_fit_writes_a_network_the_predictor_loads(tmp_path):
+    spec = network.commbench_network(commbench_rows(), "local-box", "test data")
+    path = network.write_config(spec, tmp_path)
+    assert path == tmp_path / "local-box.yaml"
+    loaded = yaml.safe_load(path.read_text())
+    assert loaded["data"]["bytes"] == [1024, 65536, 1 << 20, 4 << 20] and "test data" in loaded["sources"]["inter"]
+    c = network.load("local-box", tmp_path)
+    # a line fits exactly: the 2-rank all-reduce of n bytes takes 1e-4 + 2e-9 n again
+    assert c.allreduce_s(1 << 20, 2, "ring") == pytest.approx(1e-4 + 2e-9 * (1 << 20))
+    assert c.gpus_per_node == 1 and c.nodes(4) == (4, 1)
+
+
+def test_commbench_fit_needs_two_sizes():
+    with pytest.raises(ValueError, match="at least 2"):
+        network.commbench_network(commbench_rows()[:1], "x", "test")
+
+
+def test_the_intra_calibrations_of_the_study_node():
+    # default: the study's 441 ms for 1.34 GB on 4 GPUs; the alternative: its code's table (277 ms)
+    assert network.load("pcie3x16").allreduce_s(1.34e9, 4) == pytest.approx(0.441)
+    assert network.load("pcie3x16-mgwfbp-table").allreduce_s(1.34e9, 4) == pytest.approx(4.204e-5 + 2.059e-10 * 1.34e9)
+    swapped = network.with_intra(network.load("100gbib"), "pcie3x16-mgwfbp-table")
+    assert swapped.intra == network.load("pcie3x16-mgwfbp-table").intra and swapped.inter == network.load("100gbib").inter
+
+
+def test_measured_profile_of_a_tiny_model(tmp_path, monkeypatch):
+    monkeypatch.setattr(profile, "CACHE_DIR", tmp_path)
+    p = cli.load_profile("tiny-resnet", 2, None, "measured", "cpu")
+    assert p.source.startswith("measured") and p.forward_s > 0 and p.backward_s > 0
+    assert sorted(p.ready_names) == sorted(p.names) and p.ready_names[0] == p.names[-1]  # backward: last layer first
+    assert p.samples_per_sec_1 == pytest.approx(2 / p.compute_s)
+    assert list(tmp_path.glob("tiny-resnet-b2-cpu-measured.json"))  # cached
+    assert cli.load_profile("tiny-resnet", 2, 50.0, "measured").samples_per_sec_1 == 50.0  # rescaled on request

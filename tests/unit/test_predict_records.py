@@ -1,0 +1,92 @@
+"""Predictions are labelled, never read as measurements, and never calibrated on multi-worker rows."""
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from ddlbench.analysis import summary, tables
+from ddlbench.analysis.records import load
+from ddlbench.predict import cli, profile
+
+
+def _measured(method="bsp-a2a", workers=2, sps=10.0):
+    return {"status": "ok", "method": method, "model": "tiny-resnet", "workers": workers, "local_batch": 8,
+            "device": "cpu", "backend": "gloo", "engine": "torch", "samples_per_sec": sps,
+            "samples_per_sec_per_repeat": [sps]}
+
+
+def test_predicted_records_never_reach_the_measured_tables(tmp_path):
+    (tmp_path / "records").mkdir()
+    (tmp_path / "records" / "a.json").write_text(json.dumps(_measured()))
+    predicted = {**_measured(method="mg-wfbp", sps=12345.678), "kind": "predicted", "network": "100gbib"}
+    (tmp_path / "predictions.jsonl").write_text(json.dumps(predicted) + "\n")
+    loaded = load([tmp_path])
+    assert [r["method"] for r in loaded.records] == ["bsp-a2a"]
+    assert [r["method"] for r in loaded.predicted] == ["mg-wfbp"]
+    assert "mg-wfbp" not in summary.render(loaded.records) and "12345" not in summary.render(loaded.records)
+    # even handed the raw list, the tables drop them
+    cells = tables.ours(loaded.records + loaded.predicted)
+    assert all(m != "mg-wfbp" for c in cells.values() for m, _ in c)
+
+
+def test_the_report_keeps_predictions_out_of_its_measured_tables(tmp_path):
+    from ddlbench.analysis import report
+
+    predicted = {**_measured(method="mg-wfbp", sps=12345.678), "kind": "predicted", "network": "100gbib"}
+    (tmp_path / "predictions.jsonl").write_text(json.dumps(predicted) + "\n")
+    index = report.build(tmp_path, tmp_path / "report", whatif_models=())
+    results_csv = (tmp_path / "report" / "results.csv").read_text()
+    assert "12345" not in results_csv and "tiny-resnet" not in results_csv
+    assert "PREDICTED" in index.read_text()
+
+
+def test_calibration_reads_only_one_worker_rows(tmp_path):
+    src = profile.REFERENCE_CSV
+    poisoned = tmp_path / "poisoned.csv"
+    with open(src, newline="") as f, open(poisoned, "w", newline="") as g:
+        rows = list(csv.DictReader(f))
+        w = csv.DictWriter(g, fieldnames=list(rows[0]))
+        w.writeheader()
+        for r in rows:
+            if r["workers"] != "1":
+                r = {**r, "samples_per_sec": "not a number: multi-worker rows are validation only"}
+            w.writerow(r)
+    for model, batch in (("resnet50", 64), ("bert-base", 64), ("bert-large", 8)):
+        assert profile.one_worker_samples_per_sec(model, batch, poisoned) == \
+            profile.one_worker_samples_per_sec(model, batch)
+    assert all(r["workers"] == "1" for r in profile.one_worker_rows(poisoned))
+
+
+def test_the_predictor_never_imports_the_published_table_loader():
+    src = Path(profile.__file__).parent
+    for f in src.glob("*.py"):
+        text = f.read_text()
+        assert "analysis.reference" not in text and "from ddlbench.analysis import reference" not in text, f
+
+
+def test_unknown_model_batch_names_what_is_accepted():
+    with pytest.raises(ValueError, match="accepted: .*resnet50 at 64"):
+        profile.one_worker_samples_per_sec("resnet50", 32)
+
+
+def test_make_predict_contract(tmp_path, monkeypatch, capsys):
+    """MODEL, WORKERS (comma list), NETWORK, RESULTS -> one JSON line per (method, workers)."""
+    assert cli.main(["--model", "resnet50", "--workers", "4,8", "--network", "100gbib",
+                     "--results", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "PREDICTED" in out and "*" in out
+    lines = [json.loads(x) for x in (tmp_path / cli.DEFAULT_FILE).read_text().splitlines()]
+    assert len(lines) == 8 * 2
+    for rec in lines:
+        assert rec["kind"] == "predicted" and rec["model"] == "resnet50" and rec["network"] == "100gbib"
+        assert rec["local_batch"] == 64 and rec["workers"] in (4, 8) and rec["samples_per_sec"] > 0
+    assert {r["method"] for r in lines} == {"bsp-ps", "bsp-a2a", "wfbp-ps", "wfbp-a2a", "mg-wfbp",
+                                             "bytescheduler-ps", "bytescheduler-a2a", "ddp"}
+
+
+def test_bad_inputs_are_one_line(tmp_path, capsys):
+    assert cli.main(["--network", "nonesuch", "--results", str(tmp_path)]) == 2
+    assert "accepted:" in capsys.readouterr().err
+    assert cli.main(["--workers", "0", "--results", str(tmp_path)]) == 2
+    assert cli.main(["--methods", "bogus", "--results", str(tmp_path)]) == 2

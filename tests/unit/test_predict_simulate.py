@@ -1,0 +1,170 @@
+"""The predictor's discrete-event model on toy DAGs with hand-computed timelines.
+
+Toy model: three parameters p0, p1, p2 (forward order) of 10,000 elements (40,000 bytes) each;
+forward 1 s; backward produces p2, p1, p0. Two workers on one node whose link makes an
+all-reduce of 40,000 B take 1 s, 80,000 B 1.5 s, 120,000 B 2 s (2 (alpha + n/2 beta), alpha
+0.25 s, beta 1.25e-5 s/B). Fused messages also pay a pack and unpack copy at GPU memory speed
+(tens of nanoseconds here), hence approx.
+"""
+import pytest
+
+from ddlbench.methods.mgwfbp import merge_groups
+from ddlbench.predict import simulate
+from ddlbench.predict.network import Cluster, Link
+from ddlbench.predict.profile import Profile
+
+N = 10_000
+
+
+def toy(ready=(3.0, 2.0, 1.0), need=(0.0, 0.3, 0.6), numels=(N, N, N), update=(0.0, 0.0, 0.0)):
+    backward = max(ready)
+    order = sorted(range(3), key=lambda i: ready[i])
+    return Profile("toy", 1, ["p0", "p1", "p2"], list(numels), 4, [f"p{i}" for i in order], list(ready),
+                   list(need), 1.0, backward, list(update), "test", 1.0)
+
+
+def two_gpus(table=None, server_mem=0.0, g=2, inter=None):
+    return Cluster("toy", intra=Link(0.25, 1.25e-5), inter=inter, gpus_per_node=g,
+                   server_mem_Bps=server_mem, mgwfbp_table=table or {})
+
+
+def period(method, prof, cluster, workers=2, **opts):
+    return simulate.simulate(method, prof, cluster, workers, simulate.Options(**opts)).period_s
+
+
+def test_bsp_communicates_after_backward():
+    # forward 1 + backward 3, then one all-reduce of 120,000 B (2 s): 6 s
+    assert period("bsp-a2a", toy(), two_gpus()) == pytest.approx(6.0)
+
+
+def test_wfbp_overlaps_backward():
+    # p2 ready at 2 -> [2, 3]; p1 at 3 -> [3, 4]; p0 at 4 -> [4, 5]
+    assert period("wfbp-a2a", toy(), two_gpus()) == pytest.approx(5.0)
+
+
+def test_wfbp_queues_on_one_stream():
+    # p2, p1, p0 ready at 1.5, 1.6, 1.7 (forward 1 + 0.5, 0.6, 0.7): each waits for the one before:
+    # [1.5, 2.5], [2.5, 3.5], [3.5, 4.5]; backward ended at 1.7 long before
+    assert period("wfbp-a2a", toy(ready=(0.7, 0.6, 0.5)), two_gpus()) == pytest.approx(4.5)
+
+
+def test_mgwfbp_merges_and_beats_wfbp_where_gradients_come_close():
+    prof = toy(ready=(1.5, 1.2, 1.0))   # t_b = 1.0, 0.2, 0.3 in ready order
+    cluster = two_gpus(table={2: (0.5, 1e-9)})  # the study's way: alpha from a table by workers
+    # waits of 0.2 and 0.3 are under alpha 0.5: one group, launched at 2.5, 2 s: 4.5
+    assert period("mg-wfbp", prof, cluster) == pytest.approx(4.5)
+    # WFBP: [2, 3], [3, 4], [4, 5]
+    assert period("wfbp-a2a", prof, cluster) == pytest.approx(5.0)
+
+
+def test_mgwfbp_groups_are_the_runtimes_for_the_same_profile():
+    prof = toy(ready=(3.0, 1.2, 1.0))
+    cluster = two_gpus(table={2: (0.5, 1e-9)})
+    plan = simulate.plan_for("mg-wfbp", prof, cluster, 2, simulate.Options())
+    order = prof.ready_order()
+    runtime = merge_groups(prof.tb_s(), [prof.tensor_bytes[i] for i in order], 0.5, 1e-9,
+                           [prof.numels[i] for i in order], 8192)
+    assert plan.messages == [[order[j] for j in g] for g in runtime] == [[2, 1], [0]]
+
+
+def test_mgwfbp_small_groups_always_merge_as_in_the_study():
+    prof = toy(numels=(1000, 1000, 1000))  # under the 8,192-element rule: one group
+    plan = simulate.plan_for("mg-wfbp", prof, two_gpus(table={2: (0.0, 1e-9)}), 2, simulate.Options())
+    assert plan.messages == [[2, 1, 0]]
+
+
+def test_bytescheduler_credit_and_overlap_with_the_next_forward():
+    # One partition per tensor (4,000,000 params each); credit 16,000,000 never binds here.
+    # p0 is needed late in forward (0.9 s in), p2 first. Iteration 1: backward [1, 4]; p2 [2, 3],
+    # p1 [3, 4], p0 [4, 5]. The next forward starts when backward ends (4): p2 needed at 4.0
+    # (landed 3), p1 at 4.3 (landed 4), p0 at 4.9 waits until 5; forward ends 5.1, backward to 8.1.
+    # Steady state: 4.1 s per iteration, where WFBP waits for everything: 5 s.
+    # (Stack ddlbench: this runtime's queue straight onto the stream, no Horovod cycle.)
+    prof = toy(need=(0.9, 0.3, 0.0))
+    assert period("bytescheduler-a2a", prof, two_gpus(), stack="ddlbench") == pytest.approx(4.1)
+    assert period("wfbp-a2a", prof, two_gpus()) == pytest.approx(5.0)
+
+
+def test_bytescheduler_credit_lets_the_first_layer_overtake(monkeypatch):
+    # Gradients p2, p1, p0 appear at 2.0, 2.1, 2.2 (forward 1, backward 1.2). Credit of 1
+    # parameter: p2 goes at 2 and holds the credit; when it lands at 3 the most urgent queued
+    # partition, p0, overtakes p1: p0 [3, 4], p1 [4, 5]. Next forward from 2.2: p0 (needed at 0)
+    # waits until 4, p1 (needed 0.3 s later) until 5: forward ends 5.7, the next backward 6.9:
+    # 4.7 s per iteration. Without the credit bound all three queue on the stream in arrival
+    # order, p0 lands last at 5, and the forward ends 6.0: 5.0 s.
+    prof = toy(ready=(1.2, 1.1, 1.0), need=(0.0, 0.3, 0.6))
+    cfg = simulate.method_config("bytescheduler-a2a")
+    opts = simulate.Options(stack="ddlbench")
+    monkeypatch.setattr(simulate, "method_config", lambda name, variant="byteps": {**cfg, "credit_params": 1})
+    assert simulate.simulate("bytescheduler-a2a", prof, two_gpus(), 2, opts).period_s == pytest.approx(4.7)
+    monkeypatch.setattr(simulate, "method_config", lambda name, variant="byteps": cfg)
+    assert simulate.simulate("bytescheduler-a2a", prof, two_gpus(), 2, opts).period_s == pytest.approx(5.0)
+
+
+def test_horovod_cycle_waits_for_the_boundary_and_fuses_what_fits():
+    # Cycle 1 s, fusion buffer 80,000 B; 2-rank ring on two_gpus: 40,000 B take 1.0 s, 80,000 B 1.5 s.
+    # Requests a 0.2, b 0.5, c 0.7 (40,000 B each), d 1.5. Boundary 1.0: [a, b] fused (80,000 B
+    # fit) on the stream 1.0-2.5 (plus the copy in and out), then [c] 2.5-3.5; d waits for the 2.0
+    # boundary and then for the stream: 3.5-4.5.
+    sim = simulate.Sim()
+    cluster = two_gpus()
+    h = simulate.HorovodCycle(sim, simulate.AllReduceComm(sim, cluster, 2, "ring"), cycle_s=1.0, fusion_bytes=80_000)
+    done = {}
+    for name, t in (("a", 0.2), ("b", 0.5), ("c", 0.7), ("d", 1.5)):
+        sim.at(t, h.send, 40_000, 0.0, lambda name=name: done.setdefault(name, sim.now))
+    sim.run()
+    copy = 2 * 80_000 / simulate.GPU_MEM_BPS
+    assert done == pytest.approx({"a": 2.5 + copy, "b": 2.5 + copy, "c": 3.5 + copy, "d": 4.5 + copy})
+
+
+def test_the_studys_bytescheduler_a2a_goes_through_horovods_cycle():
+    # The same toy as above with the study's stack: every partition waits for a 5 ms boundary, so
+    # the iteration is longer than the runtime's by at least one cycle's wait and at most a few.
+    prof = toy(need=(0.9, 0.3, 0.0))
+    study = period("bytescheduler-a2a", prof, two_gpus(), stack="study")
+    assert 4.1 < study <= 4.1 + 3 * simulate.HOROVOD_CYCLE_S
+
+
+def test_ps_with_two_servers_by_hand():
+    # 2 machines of 1 GPU (no node stage); inter link alpha 0, beta 1e-5 s/B; 2 servers.
+    # BSP-PS: one message of 120,000 B in one partition (4,096,000-byte partitions) on one server:
+    # push: each machine's uplink 1.2 s, the server's downlink takes both machines' (2.4 s);
+    # pull: server uplink 2.4 s (both machines), cut through to each machine's downlink.
+    cluster = Cluster("toy", intra=None, inter=Link(0.0, 1e-5), gpus_per_node=1)
+    assert period("bsp-ps", toy(), cluster) == pytest.approx(4.0 + 2.4 + 2.4, rel=1e-6)
+    # WFBP-PS: three messages of 40,000 B; keys 0, 1, 2 go to servers by djb2: p2 (ready 2),
+    # p1 (3), p0 (4); each push 0.8 s on its server's downlink, each pull 0.8 s on its uplink.
+    from ddlbench.methods.ps import plan
+    servers = [ps[0].server for ps in plan([N, N, N], 4, 4096000, 2)]
+    t = simulate.simulate("wfbp-ps", toy(), cluster, 2, simulate.Options())
+    # by hand, per server FIFO: message g launched at 2 + g, push [2+g, 2.8+g] unless its server is
+    # busy, pull right after; the last message (launched at 4) ends at 4 + 0.8 + 0.8 = 5.6 when its
+    # server is idle by then, which holds whatever the assignment (earlier messages end by 5.6 - 1).
+    assert servers and t.period_s == pytest.approx(5.6)
+
+
+def test_server_contention_grows_with_machines():
+    one = Cluster("toy", intra=None, inter=Link(0.0, 1e-5), gpus_per_node=1)
+    t2 = period("bsp-ps", toy(), one, workers=2, servers=1)
+    t4 = period("bsp-ps", toy(), one, workers=4, servers=1)
+    assert t4 - t2 == pytest.approx(2 * 2 * 1.2)  # two more machines' pushes and pulls through one server link
+
+
+def test_one_machine_ps_in_the_studys_stack_never_reaches_a_server():
+    # BytePS with DMLC_NUM_WORKER=1: node reduce + broadcast only, each 1 step of 60,000 B + copy
+    prof = toy()
+    study = period("bsp-ps", prof, two_gpus(inter=Link(0.0, 1.0)), stack="study")
+    ours = period("bsp-ps", prof, two_gpus(inter=Link(0.0, 1.0)), stack="ddlbench")
+    node = 2 * ((0.25 + 60000 * 1.25e-5) + 1.25e-5 * 60000)
+    assert study == pytest.approx(4.0 + node)
+    assert ours > study + 100_000  # a 1 s/B link to the server
+
+
+def test_bytescheduler_ps_as_the_study_ran_it_is_wfbp_ps_with_the_server_schedule():
+    plan = simulate.plan_for("bytescheduler-ps", toy(), two_gpus(), 2, simulate.Options(bytescheduler_ps="byteps"))
+    assert plan.server_schedule and plan.ps and not plan.bytescheduler
+    assert plan.messages == simulate.plan_for("wfbp-ps", toy(), two_gpus(), 2, simulate.Options()).messages
+
+
+def test_one_worker_is_compute_only():
+    assert period("mg-wfbp", toy(), two_gpus(), workers=1) == pytest.approx(4.0)
