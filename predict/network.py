@@ -209,6 +209,35 @@ def with_intra(cluster: Cluster, node_name: str) -> Cluster:
                    sources={**cluster.sources, "intra": node.sources.get("intra", node_name)})
 
 
+EMULATED = "emulated-"
+
+
+def emulated_spec(rate: str, directory: Path | None = None) -> dict:
+    """The emulated cluster at any tc rate (`emulated-300mbit`): one CPU worker per host, links
+    at the shaped rate, and the per-message cost of the software stack on this machine, which
+    the namespaces do not change (no netem: no added delay): the alpha of `loopback` (or of the
+    user's own commbench fit, `local-<hostname>`, where one exists), per link."""
+    import socket
+
+    from ddlbench.launch.netns import BadSetting, check_rate
+
+    try:
+        bps = check_rate(rate)
+    except BadSetting as exc:
+        raise ValueError(str(exc)) from None
+    if bps is None:
+        raise ValueError(f"network 'emulated-{rate}' has no rate; accepted: emulated-<a tc rate, e.g. 1gbit>")
+    directory = directory or conf_dir()
+    base = f"local-{socket.gethostname()}"
+    base = base if (directory / f"{base}.yaml").exists() else "loopback"
+    alpha = load(base, directory).inter.alpha_s
+    return {"name": f"{EMULATED}{rate}", "gpus_per_node": 1,
+            "description": f"emulated: tc rate {rate} between namespaces, no added delay, 1 CPU worker per host",
+            "inter": {"rate_gbps": bps / 1e9, "alpha_s": alpha},
+            "sources": {"inter": f"rate: the emulated cluster's tc shaping ({rate}); alpha: conf/network/{base} "
+                                 f"(this machine's software stack, unchanged by the namespaces; no netem)"}}
+
+
 def load(name: str, directory: Path | None = None) -> Cluster:
     """`conf/network/<name>.yaml` as a Cluster. A config names its links (`inter`, `intra`) by
     two points, an all-reduce fit, a rate, or alpha/beta; `intra_from` borrows another config's
@@ -217,9 +246,12 @@ def load(name: str, directory: Path | None = None) -> Cluster:
 
     directory = directory or conf_dir()
     path = directory / f"{name}.yaml"
-    if not path.exists():
-        raise ValueError(f"network {name!r} is unknown; accepted: {', '.join(names())}")
-    spec = yaml.safe_load(path.read_text()) or {}
+    if path.exists():
+        spec = yaml.safe_load(path.read_text()) or {}
+    elif name.startswith(EMULATED):
+        spec = emulated_spec(name[len(EMULATED):], directory)
+    else:
+        raise ValueError(f"network {name!r} is unknown; accepted: {', '.join(names())}, or emulated-<tc rate>")
     intra = _link(spec.get("intra"))
     gpus = spec.get("gpus_per_node")
     if spec.get("intra_from"):

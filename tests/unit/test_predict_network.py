@@ -79,3 +79,14 @@ def test_every_network_config_loads():
         assert c.gpus_per_node >= 1 and (c.inter or c.intra)
     with pytest.raises(ValueError, match="accepted: .*100gbib"):
         network.load("nonesuch")
+
+
+def test_an_emulated_network_at_any_tc_rate_takes_the_rate_and_this_machines_alpha(tmp_path):
+    (tmp_path / "loopback.yaml").write_text("name: loopback\ninter: {alpha_s: 2.0e-4, beta_s_per_byte: 1.0e-9}\n")
+    c = network.load("emulated-300mbit", tmp_path)
+    assert c.name == "emulated-300mbit" and c.gpus_per_node == 1
+    assert c.inter.alpha_s == 2.0e-4  # the software stack's, unchanged by the namespaces (no netem)
+    assert c.inter.beta_s_per_byte == pytest.approx(8 / 300e6)
+    assert c.inter.time_s(1_000_000) == pytest.approx(2.0e-4 + 8e6 / 300e6)
+    with pytest.raises(ValueError, match="'fast' is not a rate tc understands"):
+        network.load("emulated-fast", tmp_path)
