@@ -75,7 +75,7 @@ TEST_JOBS ?= 2
 # The tests build Horovod first so its tests run; if the build fails they skip and say why.
 test: install
 	@$(MAKE) --no-print-directory horovod || echo "*** Horovod did not build: its tests will skip (see the output above)"
-	$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadgroup tests
+	$(PY) -m pytest -q -n $(TEST_JOBS) tests
 
 # The methods at WORKERS workers, then (once per setup) one worker for the speedup, then the table.
 # METHOD=auto: per worker count, the method predicted fastest (ddlbench.predict.auto prints which

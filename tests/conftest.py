@@ -3,22 +3,41 @@ worker processes on this host, CPU and Gloo), tests/gpu (CUDA workers and NCCL) 
 tests/cluster (a real Slurm). GPU and cluster tests carry the `gpu` and `cluster` markers and
 skip, with the reason, where those are absent.
 
-`make test` runs the suite on two pytest-xdist workers (`--dist loadgroup`): most of its time is
-start-ups and timeouts, not CPU. Each test module is one group, so a module's shared runs
-(module- and session-scoped fixtures) are made once; modules that need a machine-wide resource
-(one emulated cluster per machine) share a group named for it and so run one after another."""
+`make test` runs the suite on two pytest-xdist workers: most of its time is start-ups and
+timeouts, not CPU. A worker takes a whole test module at a time, so a module's shared runs
+(module- and session-scoped fixtures) are made once; tests/emulated, which shares one emulated
+cluster per machine, goes to one worker as a whole. (xdist's `--dist loadgroup` would do this
+with markers, but it rewrites `item._nodeid`, which pytest 9 no longer reads.)"""
 import pytest
 
+try:
+    from xdist.scheduler import LoadScopeScheduling
+except ImportError:  # without pytest-xdist the suite runs in one process
+    LoadScopeScheduling = None
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups
+SHARED_SCOPES = {"tests/emulated/": "emulated-cluster"}  # folders whose modules share a machine-wide resource
+
+
+def scope_of(nodeid: str) -> str:
+    path = nodeid.split("::")[0]
+    return next((name for folder, name in SHARED_SCOPES.items() if path.startswith(folder)), path)
+
+
+if LoadScopeScheduling is not None:
+    class ModuleScheduling(LoadScopeScheduling):
+        """One module per worker at a time; the folders of SHARED_SCOPES as one."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of(nodeid)
+
+    def pytest_xdist_make_scheduler(config, log):
+        return ModuleScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
     import torch
 
     no_gpu = pytest.mark.skip(reason="needs CUDA GPUs; none visible here")
     for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            # the emulated cluster is one per machine: every test that builds or uses it, one worker
-            group = "netns" if "netns" in item.keywords else item.nodeid.split("::")[0]
-            item.add_marker(pytest.mark.xdist_group(group))
         if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(no_gpu)
