@@ -147,3 +147,20 @@ def peak_bytes_in_flight(rec, rank: int = 0) -> int:
         level += delta
         peak = max(peak, level)
     return peak
+
+
+def terminate_once_iterating(argv: list[str], results: Path, pid_file: str, settle_s: float = 0.0,
+                             start_timeout_s: float = 120) -> str:
+    """Run `python -m ddlbench *argv`, send it SIGTERM once `runs/*/<pid_file>` exists (that rank
+    started) and `settle_s` later, and return its output; it must exit as terminated (128 + 15)."""
+    proc = subprocess.Popen([sys.executable, "-m", "ddlbench", *argv, f"results_dir={results}"], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + start_timeout_s
+    while not list(results.glob(f"runs/*/{pid_file}")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()[-3000:]
+        time.sleep(0.2)
+    time.sleep(settle_s)
+    proc.send_signal(signal.SIGTERM)
+    out = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
+    return out

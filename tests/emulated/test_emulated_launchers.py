@@ -4,10 +4,7 @@ mpiexec -hosts over an sshd per host. Each places its ranks on different hosts (
 names and addresses), stays lossless, and leaves no daemon, key or rank behind."""
 from __future__ import annotations
 
-import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +14,7 @@ from ddlbench.engines import horovod_available
 from ddlbench.launch import netns, sshd
 from ddlbench.trace import load_meta
 
-from helpers import REPO, ddlbench, records, reference_parameters
+from helpers import REPO, ddlbench, records, reference_parameters, terminate_once_iterating
 
 pytestmark = pytest.mark.netns
 
@@ -119,17 +116,9 @@ def test_mpirun_across_hosts_with_the_ps_server_on_its_own(with_sshd, emulated_c
 
 @pytest.mark.skipif(not hvd_ok, reason=hvd_why)
 def test_sigterm_stops_every_hosts_ranks_and_ssh_servers(with_sshd, emulated_cluster, tmp_path):
-    proc = subprocess.Popen([sys.executable, "-m", "ddlbench", "method=bsp-a2a", "engine=horovod", *PROTOCOL,
-                             "launcher=emulated", f"launcher.link={emulated_cluster.link}",
-                             "profile.measured_iters=100000", f"results_dir={tmp_path}"], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 120
-    while not list(tmp_path.glob("runs/*/pid-ddlb-node1-rank1")):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()[-3000:]
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGTERM)
-    out = proc.communicate(timeout=60)[0]
-    assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
+    terminate_once_iterating(["method=bsp-a2a", "engine=horovod", *PROTOCOL, "launcher=emulated",
+                              f"launcher.link={emulated_cluster.link}", "profile.measured_iters=100000"],
+                             tmp_path, "pid-ddlb-node1-rank1")
     (rec,) = records(tmp_path)
     assert rec["status"] == "failed" and "SIGTERM" in rec["error"]
     assert nothing_left(emulated_cluster.hosts) == []

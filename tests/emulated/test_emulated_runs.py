@@ -1,13 +1,10 @@
 """Runs on the emulated cluster (launcher=emulated): one torchrun per host, rendezvous at the first
 host, PS servers on hosts of their own. Lossless across namespaces, every rank on its own host,
 the servers' addresses those of other hosts, links shaped, and nothing left behind on SIGTERM."""
-import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +13,7 @@ import torch
 from ddlbench.launch import netns
 from ddlbench.trace import load_meta
 
-from helpers import REPO, ddlbench, records, reference_parameters
+from helpers import ddlbench, records, reference_parameters, terminate_once_iterating
 
 pytestmark = pytest.mark.netns
 
@@ -108,17 +105,8 @@ def test_sigterm_mid_run_records_the_failure_and_leaves_no_namespace_link_or_hos
     before = [subprocess.run(c, capture_output=True, text=True).stdout for c in (["ip", "netns", "list"], ["ip", "-o", "link"])]
     hosts_before = Path(netns.HOSTS_FILE).read_text()
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "ddlbench", "method=bsp-a2a", *PROTOCOL, f"launcher.link={emulated_cluster.link}",
-                                 "profile.measured_iters=100000", f"results_dir={tmp_path}"], cwd=REPO,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + 120
-        while not list(tmp_path.glob("runs/*/pid-ddlb-node1-rank1")):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()[-3000:]
-            time.sleep(0.2)
-        time.sleep(2)
-        proc.send_signal(signal.SIGTERM)
-        out = proc.communicate(timeout=60)[0]
-        assert proc.returncode == 128 + signal.SIGTERM, out[-3000:]
+        terminate_once_iterating(["method=bsp-a2a", *PROTOCOL, f"launcher.link={emulated_cluster.link}",
+                                  "profile.measured_iters=100000"], tmp_path, "pid-ddlb-node1-rank1", settle_s=2)
         (rec,) = records(tmp_path)
         assert rec["status"] == "failed" and "SIGTERM" in rec["error"] and rec["network"]["emulated"] is True
         after = [subprocess.run(c, capture_output=True, text=True).stdout for c in (["ip", "netns", "list"], ["ip", "-o", "link"])]

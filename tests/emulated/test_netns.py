@@ -1,6 +1,5 @@
 """The emulated network itself (launch/netns.py): hosts with their own names and addresses, links
 shaped and measured within 5% of the set rate, and nothing left behind, even after a crash."""
-import os
 import signal
 import subprocess
 import sys
