@@ -345,7 +345,7 @@ def local_capacity(cfg) -> tuple[int, str]:
             per = int(cfg.launcher.max_workers_per_cpu)
             return n * per, f"{per} per GPU x {n} visible GPU(s), launcher.share_gpu=true"
         return n, f"{n} visible GPU(s)"
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     per = int(cfg.launcher.max_workers_per_cpu)
     return cores * per, f"{per} per core x {cores} cores"
 
@@ -367,14 +367,30 @@ def _check_placement(cfg) -> None:
             f"workers={cfg.workers} is more than the local launcher can place ({capacity}: {why}); "
             f"accepted: 1..{capacity}, or a cluster launcher"
         )
-    cores = (os.cpu_count() or 1) * int(cfg.launcher.max_workers_per_cpu)
+    cores = usable_cores() * int(cfg.launcher.max_workers_per_cpu)
     if cfg.device == "cpu" and cfg.workers + cfg.servers > cores:
         raise ConfigError(f"workers={cfg.workers} + servers={cfg.servers} is more processes than the local "
                           f"launcher can place ({cores}); accepted: workers + servers <= {cores}")
 
 
+def usable_cores() -> int:
+    """The cores this process may use: its CPU affinity (taskset, cgroup cpusets), and within a
+    Slurm job, no more than Slurm allotted the job on this node (SLURM_CPUS_ON_NODE), whether or
+    not the cluster enforces it. os.cpu_count() counts the whole machine: ranks that sized their
+    threads by it oversubscribed shared nodes (and the emulated cluster's Slurm nodes, which
+    share one machine's cores, ran 2.7x slower than the same job launched directly)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    slurm = os.environ.get("SLURM_CPUS_ON_NODE", "")
+    if slurm.isdigit() and int(slurm) > 0:
+        cores = min(cores, int(slurm))
+    return max(1, cores)
+
+
 def threads_per_worker(cfg) -> int:
     t = cfg.launcher.get("threads_per_worker", "auto")
     if t == "auto":
-        return max(1, (os.cpu_count() or 1) // (cfg.workers + cfg.servers))
+        return max(1, usable_cores() // (cfg.workers + cfg.servers))
     return int(t)

@@ -57,7 +57,7 @@ def hosts_needed(cfg) -> int:
 def check(cfg) -> None:
     """Settings, checked before anything is created (config.resolve calls it); ConfigError with
     one line. Root (or the tools) missing is said here too, so nothing starts."""
-    from ddlbench.config import ConfigError, _int
+    from ddlbench.config import ConfigError, _int, usable_cores
 
     L = cfg.launcher
     for key in ("nodes", "workers_per_node", "servers_per_node"):
@@ -78,7 +78,7 @@ def check(cfg) -> None:
     if need > netns.MAX_HOSTS:
         raise ConfigError(f"workers={cfg.workers} + servers={cfg.servers} need {need} emulated hosts; accepted: at most "
                           f"{netns.MAX_HOSTS}")
-    procs, cap = cfg.workers + cfg.servers, (os.cpu_count() or 1) * int(L.max_workers_per_cpu)
+    procs, cap = cfg.workers + cfg.servers, usable_cores() * int(L.max_workers_per_cpu)
     if cfg.device == "cpu" and procs > cap:
         raise ConfigError(f"workers={cfg.workers} + servers={cfg.servers} is more processes than this machine's CPUs "
                           f"carry ({cap}: launcher.max_workers_per_cpu x cores); accepted: workers + servers <= {cap}")

@@ -382,7 +382,11 @@ def node_main(run_dir: str, rec: dict) -> int:
 
     with local.terminations():
         if node == 0:
-            rec = dict(rec, job_id=job.job_id, hosts=job.hostnames, slurm_attempt=attempt)
+            # node 0's own environment: its threads follow the CPUs Slurm allotted on the node,
+            # which the submitting host cannot know
+            from ddlbench.record import env_knobs
+
+            rec = dict(rec, job_id=job.job_id, hosts=job.hostnames, slurm_attempt=attempt, env=env_knobs(env))
             launch_and_record(cfg, rec, base, Path(cfg.results_dir), start)
             rc, reason = (0, None) if rec["status"] == "ok" else (1, rec["error"])
         else:

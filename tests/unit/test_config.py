@@ -209,3 +209,26 @@ def test_an_unwritable_results_dir_is_refused(read_only_dir):
             preflight([f"results_dir={bad}"])
         msg = str(err.value)
         assert "\n" not in msg and where in msg and "accepted: a directory you can write" in msg
+
+
+def test_threads_follow_the_cores_this_process_may_use_not_the_machines(monkeypatch):
+    """Affinity (taskset, cpusets) and Slurm's allotment on the node bound the cores; the whole
+    machine's count oversubscribed shared nodes."""
+    from ddlbench import config as c
+
+    monkeypatch.setattr(c.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5, 6, 7})
+    monkeypatch.delenv("SLURM_CPUS_ON_NODE", raising=False)
+    assert c.usable_cores() == 8
+    monkeypatch.setattr(c.os, "sched_getaffinity", lambda pid: {2, 3})
+    assert c.usable_cores() == 2
+    monkeypatch.setattr(c.os, "sched_getaffinity", lambda pid: set(range(8)))
+    monkeypatch.setenv("SLURM_CPUS_ON_NODE", "3")
+    assert c.usable_cores() == 3
+    monkeypatch.setenv("SLURM_CPUS_ON_NODE", "")  # not set by this Slurm: affinity alone
+    assert c.usable_cores() == 8
+
+    from ddlbench.launch import run_env
+
+    cfg = config.resolve(config._compose(["workers=2"]))
+    monkeypatch.setenv("SLURM_CPUS_ON_NODE", "2")
+    assert run_env(cfg, local_procs=2)["OMP_NUM_THREADS"] == "1"  # not 8 // 2
