@@ -12,12 +12,13 @@ its engine threads (`ps.Engines`), which also send the replies.
 """
 from __future__ import annotations
 
-import queue
 import threading
+
 import torch
 import torch.distributed as dist
 
 from .ps import STOP, Engines, PushPull, receive_plan, recv_within
+from .ps_stage import Lane
 
 
 def _header(key: int, iteration: int) -> torch.Tensor:
@@ -34,10 +35,9 @@ class GlooPushPull(PushPull):
         if not self.pushes:
             return
         self._send_locks = [threading.Lock() for _ in range(self.S)]
-        self._acks: queue.SimpleQueue = queue.SimpleQueue()
+        self._acks = Lane("push-acks", self.fail)  # waits on every push in order
         self._threads = [threading.Thread(target=self._receive_from, args=(s,), daemon=True, name=f"pull-from-server{s}")
                          for s in range(self.S)]
-        self._threads.append(threading.Thread(target=self._acknowledge, daemon=True, name="push-acks"))
         for t in self._threads:
             t.start()
 
@@ -48,20 +48,14 @@ class GlooPushPull(PushPull):
             h.sends = [dist.isend(header, dst=self.W + part.server, tag=0),
                        dist.isend(data, dst=self.W + part.server, tag=part.key + 1)]
         h.header = header  # keep the header alive until sent
-        self._acks.put(h)
+        self._acks.put(lambda: self._acknowledge(h))
 
-    def _acknowledge(self) -> None:
-        """Wait on every push in order: a finished send means the server holds the partition."""
-        try:
-            while True:
-                h = self._acks.get()
-                if h is None:
-                    return
-                for work in h.sends:
-                    work.wait()
-                h.pushed()
-        except BaseException as exc:
-            self.fail(exc)
+    @staticmethod
+    def _acknowledge(h) -> None:
+        """A finished send means the server holds the partition."""
+        for work in h.sends:
+            work.wait()
+        h.pushed()
 
     def _receive_from(self, s: int) -> None:
         src = self.W + s
@@ -83,7 +77,7 @@ class GlooPushPull(PushPull):
         for s in range(self.S):
             with self._send_locks[s]:
                 dist.send(_header(STOP, -1), dst=self.W + s, tag=0)
-        self._acks.put(None)
+        self._acks.close(self.ctx.comm_timeout_s)
         for t in self._threads:
             t.join(timeout=self.ctx.comm_timeout_s)
 
