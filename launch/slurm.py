@@ -71,11 +71,6 @@ def plan(cfg) -> list[int]:
                       bool(L.servers_on_own_nodes))
 
 
-def default_servers(cfg) -> int:
-    """As many servers as worker machines (BytePS's and the study's setting)."""
-    return math.ceil(cfg.workers / workers_per_node(cfg))
-
-
 # -- checks before anything is submitted ---------------------------------------------------------
 def check(cfg) -> None:
     """Cluster settings, checked against `sinfo` where Slurm's tools are installed."""
