@@ -218,4 +218,7 @@ def failure_reason(run_dir: Path, workers: int, rc: int, servers: int = 0) -> st
     if errors:
         e = errors[0]
         parts.append(f"rank {_names([e['rank']], workers)}: {e['type']}: {e['message']}")
+    stacks = sorted(f.name for f in run_dir.glob("stacks-rank*.txt") if f.stat().st_size)
+    if stacks:
+        parts.append(f"where terminated ranks waited: {run_dir}/{{{','.join(stacks)}}}")
     return "; ".join(parts) or f"the launcher exited with code {rc}"

@@ -2,12 +2,16 @@
 
 Reads the resolved config from the run directory, measures with the one driver, and leaves:
 rank 0's `result.json`, each rank's trace when asked, and on failure `error-rank<R>.json` with
-the reason, which the launcher turns into the failed record.
+the reason, which the launcher turns into the failed record. A rank terminated mid-run (a launcher
+stopping the job because a peer failed or hung) leaves `stacks-rank<R>.txt`: every thread's
+Python stack at that moment, which says where it was waiting.
 """
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
+import signal
 import socket
 import sys
 import time
@@ -34,6 +38,14 @@ def rank_env() -> tuple[int, int, int]:
     return 0, 1, 0
 
 
+def stacks_on_sigterm(path: Path):
+    """On SIGTERM, write every thread's Python stack to `path`, then die of the signal as
+    before (the default action). Returns the open file (removed after a clean finish)."""
+    f = open(path, "w")
+    faulthandler.register(signal.SIGTERM, file=f, all_threads=True, chain=True)
+    return f
+
+
 def write_json(path: Path, obj) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(json.dumps(obj, default=str))
@@ -45,6 +57,7 @@ def main(run_dir: str) -> None:
     rank, world, local_rank = rank_env()
     pids.die_with_parent()  # a SIGKILLed torchrun (or mpirun proxy) takes its ranks along
     pids.write(run_dir, rank)
+    stacks = stacks_on_sigterm(run_dir / f"stacks-rank{rank}.txt")
     try:
         run(run_dir, rank, world, local_rank)
     except BaseException as exc:  # the launcher reads this to say why the run failed
@@ -53,6 +66,9 @@ def main(run_dir: str) -> None:
             "message": " ".join(str(exc).split())[:500], "traceback": traceback.format_exc(),
         })
         raise
+    faulthandler.unregister(signal.SIGTERM)
+    stacks.close()
+    os.unlink(stacks.name)
     # Done: results are on disk and the process group is closed. Skip the C++ static
     # destructors: with torch 2.13 on Gloo the rank that exits first sometimes aborts there
     # ("terminate called without an active exception"), turning a finished run into a failure.

@@ -134,6 +134,7 @@ class Gate:
         self.idents = {f"w{r}".encode() for r in pushers}
         self._round: dict[int, set] = {k: set() for k in keys}  # who pushed the key's open round
         self._iteration: dict[int, int] = {}                   # the key's latest round
+        self._ever: set = set()                                # pushers heard from at all
         self.rejected: collections.Counter = collections.Counter()
 
     def check(self, frames) -> str | None:
@@ -141,6 +142,16 @@ class Gate:
         if reason is not None:
             self.rejected[reason] += 1
         return reason
+
+    def open_rounds(self, limit: int = 4) -> str:
+        """Which keys wait for which pushers (for a timeout's message): at most `limit` keys."""
+        waiting = [(k, self._iteration[k], sorted(self.idents - pushed)) for k, pushed in self._round.items() if pushed]
+        text = "; ".join(f"key {k} iteration {it} waits for {b', '.join(missing).decode()}"
+                         for k, it, missing in waiting[:limit])
+        more = f" (+{len(waiting) - limit} keys)" if len(waiting) > limit else ""
+        silent = sorted(self.idents - {i for pushed in self._round.values() for i in pushed} - self._ever)
+        return (f"{text or 'no round open'}{more}; never pushed: {b', '.join(silent).decode() or 'none'}; "
+                f"dropped: {dict(self.rejected) or 'none'}")
 
     def _reason(self, frames) -> str | None:
         if len(frames) != 4:
@@ -169,6 +180,7 @@ class Gate:
             return "duplicate"
         self._iteration[key] = iteration
         pushed.add(_bytes(ident))
+        self._ever.add(_bytes(ident))
         if len(pushed) == len(self.idents):
             pushed.clear()  # the round is complete: each pusher's next push opens the next one
         return None
@@ -343,7 +355,7 @@ def serve(rank: int, layout, tracer) -> dict:
         if engines.error is not None:
             raise engines.error
         if not ready and time.monotonic() - last > timeout_s:
-            raise RuntimeError(f"server {me}: no message from any worker for {timeout_s} s")
+            raise RuntimeError(f"server {me}: no message from any worker for {timeout_s} s: {gate.open_rounds()}")
         if mailbox.rx in ready:  # sums the engines finished: answer every pusher's pull
             for key, iteration, summed, senders in mailbox.take():
                 t1 = tracer.now_us() if tracer.enabled else 0.0

@@ -196,3 +196,28 @@ def test_the_submitter_reports_the_last_attempts_record(tmp_path):
     record.write(results, dict(mine, status="ok", slurm_attempt=1, samples_per_sec=1.0, samples_per_sec_std=0.0))
     record.write(results, dict(mine, status="failed", slurm_attempt=0, error="terminated by SIGTERM"))
     assert slurm._record_unless_written(cfg, mine, run_dir, results, lambda: "never")["slurm_attempt"] == 1
+
+
+def test_a_rank_terminated_mid_run_leaves_every_threads_stack_and_dies_of_the_signal(tmp_path):
+    """A launcher that stops a hung job with SIGTERM learns where each rank waited."""
+    import signal
+    import subprocess
+    import sys
+
+    stacks = tmp_path / "stacks-rank1.txt"
+    code = ("import sys, threading, time\n"
+            "from pathlib import Path\n"
+            "from ddlbench.launch.worker import stacks_on_sigterm\n"
+            f"stacks_on_sigterm(Path({str(stacks)!r}))\n"
+            "def waiting_for_a_pull(): time.sleep(60)\n"
+            "threading.Thread(target=waiting_for_a_pull, daemon=True).start()\n"
+            "print('ready', flush=True)\n"
+            "time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline() == "ready\n"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == -signal.SIGTERM
+    text = stacks.read_text()
+    assert "waiting_for_a_pull" in text and "<module>" in text
+    (tmp_path / "stacks-rank0.txt").write_text("")  # a rank that finished or failed on its own: nothing
+    assert local.failure_reason(tmp_path, 2, 1).endswith(f"where terminated ranks waited: {tmp_path}/{{stacks-rank1.txt}}")

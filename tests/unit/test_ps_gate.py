@@ -88,3 +88,14 @@ def test_the_proof_covers_the_header_and_size_not_the_bulk_bytes():
     assert prove(secret, header, same_size[0]) != prove(secret, header, np.ones(5, np.float32).tobytes())
     assert prove(secret, header, same_size[0]) != prove(secret, _header(PUSH, 2, 5), same_size[0])
 
+
+
+def test_a_timeouts_message_names_the_open_rounds_who_they_wait_for_and_who_never_pushed():
+    g = Gate(SECRET, KEYS, 4, pushers=[0, 1, 2])
+    assert g.open_rounds() == "no round open; never pushed: w0, w1, w2; dropped: none"
+    assert g.check(msg(b"w0")) is None and g.check(msg(b"w1")) is None
+    assert g.check(msg(b"w1", key=7)) is None
+    assert g.check(msg(b"w1", key=7)) == "duplicate"
+    assert g.open_rounds() == ("key 3 iteration 5 waits for w2; key 7 iteration 5 waits for w0, w2; "
+                               "never pushed: w2; dropped: {'duplicate': 1}")
+    assert g.open_rounds(limit=1).startswith("key 3 iteration 5 waits for w2 (+1 keys); ")
