@@ -1,8 +1,9 @@
 """Read run records: every `*.jsonl` given, line by line, and every record file of a results
-directory (`<results>/records/*.json`, one run each; ddlbench.record.write), keeping what parses.
+directory (`<results>/records/*.json`, one run each, and `*.jsonl`, one commbench step each;
+ddlbench.record), keeping what parses.
 
-A results directory reads as the merge of its `*.jsonl` files (runs.jsonl from earlier
-versions, commbench.jsonl) and its `records/` folder, records in the order they were written
+A results directory reads as the merge of its `*.jsonl` files (runs.jsonl and commbench.jsonl
+from earlier versions, predictions.jsonl) and its `records/` folder, records in the order they were written
 (record files sort by the time of writing). A line or file that cannot be parsed is
 reported with its file (and line number) and skipped; the rest are still used (a run that died
 mid-way must not hide the runs before it).
@@ -36,7 +37,9 @@ def load(paths) -> Loaded:
     for path in paths:
         path = Path(path)
         if path.is_dir():
-            files = sorted(path.glob("*.jsonl")) + sorted((path / RECORDS_DIR).glob("*.json"))
+            folder = path / RECORDS_DIR  # runs' .json and commbench's .jsonl, by time of writing
+            files = sorted(path.glob("*.jsonl")) + sorted([*folder.glob("*.json"), *folder.glob("*.jsonl")],
+                                                          key=lambda f: f.name)
         else:
             files = [path]
         for f in files:

@@ -176,7 +176,7 @@ def main(argv=None) -> int:
     except BadInput as exc:
         print(f"commbench: error: {exc}", file=sys.stderr)
         return 2
-    out_path = Path(a.results) / "commbench.jsonl"
+    out_dir = record.records_dir(a.results)
     base = {"started_at": record.now_iso(), "versions": record.versions(), "git_commit": record.git_commit()}
     spec = {"collectives": a.collectives, "dtypes": a.dtypes, "min_bytes": a.min_bytes, "max_bytes": a.max_bytes,
             "factor": a.factor, "iters": a.iters, "warmup": a.warmup, "group_bytes": a.group_bytes,
@@ -193,14 +193,15 @@ def main(argv=None) -> int:
                 print(f"[commbench] {mode}: {backend} on {device}, {w} workers", flush=True)
                 rows = launch(backend, device, w, {**spec, "mode": mode}, a.timeout)
                 rows = [{**base, "backend": backend, "fallback_from": fallback_from, "mode": mode, **r} for r in rows]
-                record.append(out_path, *rows)
+                if rows:
+                    record.write_rows(a.results, rows)  # each step lands whole, no lock needed
                 new += rows
     from ddlbench.commbench import report
 
     print(report.render(new))
     print(report.plots(new, Path(a.results) / "commbench"))
-    print(f"\n{len(new)} records appended to {out_path} in {time.monotonic() - t0:.0f} s")
-    write_network(new, a.network_name, out_path)
+    print(f"\n{len(new)} records written under {out_dir} in {time.monotonic() - t0:.0f} s")
+    write_network(new, a.network_name, out_dir)
     return 1 if any("error" in r for r in new) else 0
 
 

@@ -7,7 +7,10 @@ it renames into place, so a reader (or a crash at any moment) sees the whole rec
 the cost of a write does not grow with the number of runs. Readers (`analysis.records.load`)
 merge these files with any `runs.jsonl` earlier versions appended to.
 
-`append` (one file, rewritten under `flock`) stays for commbench's rows, which one process writes.
+Commbench's rows go the same way, one `.jsonl` file per measured step (`write_rows`). `append`
+(one file, one `O_APPEND` write of whole lines) is for `make predict`'s `predictions.jsonl`, which
+its contract names: it takes `flock` where the filesystem has it and goes on without it where it
+does not (ENOLCK), so a prediction is never lost to a missing lock.
 """
 from __future__ import annotations
 
@@ -58,19 +61,26 @@ def write(results_dir, rec: dict) -> Path:
     writer's file touched. Directories are created with the caller's umask and never chmod-ed, so
     a shared results directory keeps its owner's mode. On any error (a full disk, a read-only or
     foreign directory) the temporary file is removed and RecordError says so in one line."""
+    return _write_whole(results_dir, (json.dumps(rec, default=str) + "\n").encode(), ".json")
+
+
+def write_rows(results_dir, rows: list[dict]) -> Path:
+    """Several records (commbench's rows of one step) as one `.jsonl` file of their own under
+    `<results_dir>/records/`, written as `write` writes one: all of them land, or none."""
+    return _write_whole(results_dir, "".join(json.dumps(r, default=str) + "\n" for r in rows).encode(), ".jsonl")
+
+
+def _write_whole(results_dir, data: bytes, suffix: str) -> Path:
     folder = records_dir(results_dir)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%f")  # names sort as written
     host = re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname()) or "host"
     name = f"{stamp}-{host}-{os.getpid()}-{secrets.token_hex(4)}"
-    final, tmp = folder / f"{name}.json", folder / f".{name}.json.tmp"
-    data = (json.dumps(rec, default=str) + "\n").encode()
+    final, tmp = folder / f"{name}{suffix}", folder / f".{name}{suffix}.tmp"
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            _write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -87,22 +97,33 @@ def write(results_dir, rec: dict) -> Path:
     return final
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
 def append(path: Path, *records: dict) -> None:
-    """Append the records as one step: all of them land, or none."""
+    """Append the records' lines to `path` in one write. Under `flock` where the filesystem
+    has locks; where it has none (ENOLCK: NFS `nolock`, Lustre without `flock`) without one,
+    as `O_APPEND` alone still places each write at the end on a local or single-writer file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     line = "".join(json.dumps(r, default=str) + "\n" for r in records).encode()
-    with open(f"{path}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        old = path.read_bytes() if path.exists() else b""
-        if old and not old.endswith(b"\n"):
-            old += b"\n"  # never glue a record onto a line someone else left unfinished
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as f:
-            f.write(old + line)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                raise
+        end = os.lseek(fd, 0, os.SEEK_END)
+        if end and os.pread(fd, 1, end - 1) != b"\n":
+            line = b"\n" + line  # never glue a record onto a line someone else left unfinished
+        _write_all(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 @functools.lru_cache(maxsize=None)

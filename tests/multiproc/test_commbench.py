@@ -1,6 +1,5 @@
 """commbench for real: every collective correct on 2 and 3 workers on every available backend,
 the fallback recorded, and the seeds' two experiments producing their numbers."""
-import json
 import subprocess
 import sys
 
@@ -8,6 +7,7 @@ import pytest
 from helpers import REPO
 
 from ddlbench.commbench.backends import why_unavailable
+from ddlbench.analysis.records import load
 from ddlbench.commbench.collectives import COLLECTIVES
 
 pytestmark = pytest.mark.multiproc
@@ -16,8 +16,7 @@ pytestmark = pytest.mark.multiproc
 def commbench(tmp_path, *args):
     proc = subprocess.run([sys.executable, "-m", "ddlbench.commbench", "--results", str(tmp_path), *args],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
-    rows = [json.loads(line) for line in (tmp_path / "commbench.jsonl").read_text().splitlines()] \
-        if (tmp_path / "commbench.jsonl").exists() else []
+    rows = load([tmp_path]).records
     return proc, rows
 
 

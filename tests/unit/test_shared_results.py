@@ -127,3 +127,18 @@ def test_readers_merge_record_files_with_runs_jsonl_and_summary_exports_them(tmp
     assert summary.main([str(results), "--export", str(results / "all.jsonl")]) == 2
     assert not (results / "all.jsonl").exists()
 
+
+
+def test_commbench_steps_and_predictions_land_where_locks_are_off(tmp_path, monkeypatch):
+    """Commbench's rows are files of their own, read in the order written among the runs'
+    records; `make predict`'s appends go on without a lock where flock says ENOLCK."""
+    monkeypatch.setattr(fcntl, "flock", _no_lock)
+    record.write(tmp_path, {"run": 1})
+    record.write_rows(tmp_path, [{"step": 1, "row": 0}, {"step": 1, "row": 1}])
+    record.write(tmp_path, {"run": 2})
+    assert records(tmp_path) == [{"run": 1}, {"step": 1, "row": 0}, {"step": 1, "row": 1}, {"run": 2}]
+    predictions = tmp_path / "predictions.jsonl"
+    record.append(predictions, {"p": 1}, {"p": 2})
+    record.append(predictions, {"p": 3})
+    assert [json.loads(line) for line in predictions.read_text().splitlines()] == [{"p": 1}, {"p": 2}, {"p": 3}]
+    assert not list(tmp_path.rglob("*.tmp"))
