@@ -69,11 +69,17 @@ def check(cfg) -> None:
             netns.check_rate(L.intra_link, "launcher.intra_link")
     except netns.BadSetting as exc:
         raise ConfigError(str(exc)) from None
-    worker_hosts = -(-cfg.workers // int(L.workers_per_node))
-    if worker_hosts > L.nodes:
-        raise ConfigError(f"workers={cfg.workers} at launcher.workers_per_node={L.workers_per_node} need {worker_hosts} "
+    if worker_hosts(cfg) > L.nodes:
+        raise ConfigError(f"workers={cfg.workers} at launcher.workers_per_node={L.workers_per_node} need {worker_hosts(cfg)} "
                           f"worker hosts, but launcher.nodes={L.nodes}; accepted: workers <= "
                           f"{L.nodes * int(L.workers_per_node)} (or more nodes)")
+    if cfg.device == "cuda":  # the hosts share this machine's GPUs, each worker host a slice of its own
+        from ddlbench.config import local_capacity
+
+        capacity, why = local_capacity(cfg)
+        if cfg.workers > capacity:
+            raise ConfigError(f"workers={cfg.workers} on the emulated cluster is more than this machine's GPUs "
+                              f"carry ({capacity}: {why}); accepted: workers <= {capacity}")
     need = hosts_needed(cfg)
     if need > netns.MAX_HOSTS:
         raise ConfigError(f"workers={cfg.workers} + servers={cfg.servers} need {need} emulated hosts; accepted: at most "
@@ -174,11 +180,29 @@ def node_argv(host: netns.Host, launch_dir: Path, node: int, first: str, port: i
             first, str(port)]
 
 
-def node_env(cfg, host: netns.Host, node: int, env: dict) -> dict:
+def worker_hosts(cfg) -> int:
+    return -(-cfg.workers // int(cfg.launcher.workers_per_node))
+
+
+def node_env(cfg, host: netns.Host, node: int, env: dict, gpus: int | None = None) -> dict:
+    """Host `node`'s environment. With GPUs, which this machine's hosts share: worker host i sees
+    the visible GPUs i*per .. i*per+per-1 (of the user's CUDA_VISIBLE_DEVICES if set, else of the
+    `gpus` this machine has; wrapping around only when launcher.share_gpu lets workers share),
+    and a PS server host none (servers sum on the CPU)."""
     env = {**env, **host.env()}
-    if cfg.device == "cuda":  # hosts share this machine's GPUs: each gets its own slice
+    if cfg.device == "cuda":
         per = int(cfg.launcher.workers_per_node)
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(node * per + g) for g in range(per))
+        if node >= worker_hosts(cfg):
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        else:
+            # indices into what this launch sees: the user's CUDA_VISIBLE_DEVICES, else every GPU
+            visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+            if gpus is None:
+                import torch
+
+                gpus = torch.cuda.device_count()
+            visible = visible or [str(i) for i in range(gpus)]
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(visible[(node * per + g) % len(visible)] for g in range(per))
     return env
 
 

@@ -74,3 +74,18 @@ def test_ps_servers_get_hosts_of_their_own_as_under_slurm(monkeypatch):
 
     cfg = _check(["method=bsp-ps", "workers=4", "launcher.nodes=2", "launcher.workers_per_node=2"], monkeypatch)
     assert cfg.servers == 2 and slurm.plan(cfg) == [2, 2, 1, 1] and emulated.hosts_needed(cfg) == 4
+
+
+def test_with_gpus_each_worker_host_sees_a_slice_of_its_own_and_server_hosts_none(monkeypatch):
+    """The hosts share this machine's GPUs: two hosts of two workers on GPUs 0-3 (or on the
+    user's CUDA_VISIBLE_DEVICES), and the PS servers' hosts without a GPU, not past the last one."""
+    from ddlbench.launch import emulated
+
+    cfg = _check(["method=bsp-ps", "workers=4", "launcher.nodes=2", "launcher.workers_per_node=2"], monkeypatch)
+    cfg.device = "cuda"
+    hosts = [netns.host(i) for i in range(4)]
+    seen = [emulated.node_env(cfg, h, i, {}, gpus=4)["CUDA_VISIBLE_DEVICES"] for i, h in enumerate(hosts)]
+    assert seen == ["0,1", "2,3", "", ""]
+    user = {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}
+    assert [emulated.node_env(cfg, h, i, user, gpus=4)["CUDA_VISIBLE_DEVICES"] for i, h in enumerate(hosts[:2])] == \
+        ["4,5", "6,7"]
