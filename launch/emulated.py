@@ -69,8 +69,10 @@ def check(cfg) -> None:
             netns.check_rate(L.intra_link, "launcher.intra_link")
     except netns.BadSetting as exc:
         raise ConfigError(str(exc)) from None
-    if worker_hosts(cfg) > L.nodes:
-        raise ConfigError(f"workers={cfg.workers} at launcher.workers_per_node={L.workers_per_node} need {worker_hosts(cfg)} "
+    from .slurm import worker_nodes
+
+    if worker_nodes(cfg) > L.nodes:
+        raise ConfigError(f"workers={cfg.workers} at launcher.workers_per_node={L.workers_per_node} need {worker_nodes(cfg)} "
                           f"worker hosts, but launcher.nodes={L.nodes}; accepted: workers <= "
                           f"{L.nodes * int(L.workers_per_node)} (or more nodes)")
     if cfg.device == "cuda":  # the hosts share this machine's GPUs, each worker host a slice of its own
@@ -180,29 +182,29 @@ def node_argv(host: netns.Host, launch_dir: Path, node: int, first: str, port: i
             first, str(port)]
 
 
-def worker_hosts(cfg) -> int:
-    return -(-cfg.workers // int(cfg.launcher.workers_per_node))
-
-
 def node_env(cfg, host: netns.Host, node: int, env: dict, gpus: int | None = None) -> dict:
     """Host `node`'s environment. With GPUs, which this machine's hosts share: worker host i sees
     the visible GPUs i*per .. i*per+per-1 (of the user's CUDA_VISIBLE_DEVICES if set, else of the
     `gpus` this machine has; wrapping around only when launcher.share_gpu lets workers share),
     and a PS server host none (servers sum on the CPU)."""
-    env = {**env, **host.env()}
-    if cfg.device == "cuda":
-        per = int(cfg.launcher.workers_per_node)
-        if node >= worker_hosts(cfg):
-            env["CUDA_VISIBLE_DEVICES"] = ""
-        else:
-            # indices into what this launch sees: the user's CUDA_VISIBLE_DEVICES, else every GPU
-            visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-            if gpus is None:
-                import torch
+    from .slurm import worker_nodes
 
-                gpus = torch.cuda.device_count()
-            visible = visible or [str(i) for i in range(gpus)]
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(visible[(node * per + g) % len(visible)] for g in range(per))
+    env = {**env, **host.env()}
+    if cfg.device != "cuda":
+        return env
+    if node >= worker_nodes(cfg):
+        env["CUDA_VISIBLE_DEVICES"] = ""
+        return env
+    # indices into what this launch sees: the user's CUDA_VISIBLE_DEVICES, else every GPU
+    visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if not visible:
+        if gpus is None:
+            import torch
+
+            gpus = torch.cuda.device_count()
+        visible = [str(i) for i in range(gpus)]
+    per = int(cfg.launcher.workers_per_node)
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(visible[(node * per + g) % len(visible)] for g in range(per))
     return env
 
 

@@ -56,10 +56,15 @@ def node_procs(workers: int, servers: int, per_node: int, servers_per_node: int 
     return counts
 
 
+def worker_nodes(cfg) -> int:
+    """The nodes the workers fill, `workers_per_node` at a time (nodes 0..n-1 of the plan)."""
+    return math.ceil(cfg.workers / workers_per_node(cfg))
+
+
 def nodes_needed(cfg) -> int:
     """len(plan(cfg)), by arithmetic: a bound to check before any per-node list exists."""
     L = cfg.launcher
-    nodes = math.ceil(cfg.workers / workers_per_node(cfg))
+    nodes = worker_nodes(cfg)
     if cfg.servers and bool(L.servers_on_own_nodes):
         nodes += math.ceil(cfg.servers / int(L.servers_per_node))
     return nodes
