@@ -38,8 +38,7 @@ def load(paths) -> Loaded:
         path = Path(path)
         if path.is_dir():
             folder = path / RECORDS_DIR  # runs' .json and commbench's .jsonl, by time of writing
-            files = sorted(path.glob("*.jsonl")) + sorted([*folder.glob("*.json"), *folder.glob("*.jsonl")],
-                                                          key=lambda f: f.name)
+            files = sorted(path.glob("*.jsonl")) + sorted([*folder.glob("*.json"), *folder.glob("*.jsonl")])
         else:
             files = [path]
         for f in files:

@@ -367,10 +367,9 @@ def _check_placement(cfg) -> None:
             f"workers={cfg.workers} is more than the local launcher can place ({capacity}: {why}); "
             f"accepted: 1..{capacity}, or a cluster launcher"
         )
-    cores = usable_cores() * int(cfg.launcher.max_workers_per_cpu)
-    if cfg.device == "cpu" and cfg.workers + cfg.servers > cores:
+    if cfg.device == "cpu" and cfg.workers + cfg.servers > capacity:
         raise ConfigError(f"workers={cfg.workers} + servers={cfg.servers} is more processes than the local "
-                          f"launcher can place ({cores}); accepted: workers + servers <= {cores}")
+                          f"launcher can place ({capacity}); accepted: workers + servers <= {capacity}")
 
 
 def usable_cores() -> int:
@@ -389,8 +388,13 @@ def usable_cores() -> int:
     return max(1, cores)
 
 
+def threads_for(procs: int) -> int:
+    """OpenMP threads for each of `procs` processes sharing this host's usable cores."""
+    return max(1, usable_cores() // procs)
+
+
 def threads_per_worker(cfg) -> int:
     t = cfg.launcher.get("threads_per_worker", "auto")
     if t == "auto":
-        return max(1, usable_cores() // (cfg.workers + cfg.servers))
+        return threads_for(cfg.workers + cfg.servers)
     return int(t)

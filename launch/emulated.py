@@ -57,7 +57,7 @@ def hosts_needed(cfg) -> int:
 def check(cfg) -> None:
     """Settings, checked before anything is created (config.resolve calls it); ConfigError with
     one line. Root (or the tools) missing is said here too, so nothing starts."""
-    from ddlbench.config import ConfigError, _int, usable_cores
+    from ddlbench.config import ConfigError, _int, local_capacity
 
     L = cfg.launcher
     for key in ("nodes", "workers_per_node", "servers_per_node"):
@@ -75,10 +75,8 @@ def check(cfg) -> None:
         raise ConfigError(f"workers={cfg.workers} at launcher.workers_per_node={L.workers_per_node} need {worker_nodes(cfg)} "
                           f"worker hosts, but launcher.nodes={L.nodes}; accepted: workers <= "
                           f"{L.nodes * int(L.workers_per_node)} (or more nodes)")
+    capacity, why = local_capacity(cfg)
     if cfg.device == "cuda":  # the hosts share this machine's GPUs, each worker host a slice of its own
-        from ddlbench.config import local_capacity
-
-        capacity, why = local_capacity(cfg)
         if cfg.workers > capacity:
             raise ConfigError(f"workers={cfg.workers} on the emulated cluster is more than this machine's GPUs "
                               f"carry ({capacity}: {why}); accepted: workers <= {capacity}")
@@ -86,10 +84,9 @@ def check(cfg) -> None:
     if need > netns.MAX_HOSTS:
         raise ConfigError(f"workers={cfg.workers} + servers={cfg.servers} need {need} emulated hosts; accepted: at most "
                           f"{netns.MAX_HOSTS}")
-    procs, cap = cfg.workers + cfg.servers, usable_cores() * int(L.max_workers_per_cpu)
-    if cfg.device == "cpu" and procs > cap:
+    if cfg.device == "cpu" and cfg.workers + cfg.servers > capacity:
         raise ConfigError(f"workers={cfg.workers} + servers={cfg.servers} is more processes than this machine's CPUs "
-                          f"carry ({cap}: launcher.max_workers_per_cpu x cores); accepted: workers + servers <= {cap}")
+                          f"carry ({capacity}: launcher.max_workers_per_cpu x cores); accepted: workers + servers <= {capacity}")
     _check_via(cfg)
     reason = netns.unavailable()
     if reason:

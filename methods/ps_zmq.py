@@ -149,7 +149,7 @@ class Gate:
         text = "; ".join(f"key {k} iteration {it} waits for {b', '.join(missing).decode()}"
                          for k, it, missing in waiting[:limit])
         more = f" (+{len(waiting) - limit} keys)" if len(waiting) > limit else ""
-        silent = sorted(self.idents - {i for pushed in self._round.values() for i in pushed} - self._ever)
+        silent = sorted(self.idents - self._ever)
         return (f"{text or 'no round open'}{more}; never pushed: {b', '.join(silent).decode() or 'none'}; "
                 f"dropped: {dict(self.rejected) or 'none'}")
 
@@ -159,7 +159,8 @@ class Gate:
         ident, header, payload, proof = frames
         if _nbytes(header) != HEADER_BYTES:
             return "header"
-        if _bytes(ident) not in self.idents:
+        who = _bytes(ident)
+        if who not in self.idents:
             return "identity"
         if not hmac.compare_digest(_bytes(proof), prove(self.secret, header, payload)):
             return "proof"
@@ -176,11 +177,11 @@ class Gate:
             return "iteration"
         if _nbytes(payload) != self.keys[key] * self.element_size:
             return "size"
-        if _bytes(ident) in pushed:
+        if who in pushed:
             return "duplicate"
         self._iteration[key] = iteration
-        pushed.add(_bytes(ident))
-        self._ever.add(_bytes(ident))
+        pushed.add(who)
+        self._ever.add(who)
         if len(pushed) == len(self.idents):
             pushed.clear()  # the round is complete: each pusher's next push opens the next one
         return None

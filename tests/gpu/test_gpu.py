@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from ddlbench.analysis.records import load
 from ddlbench.commbench.collectives import COLLECTIVES
 from helpers import REPO, ddlbench, peak_bytes_in_flight, records, reference_parameters
 
@@ -101,7 +100,7 @@ def test_commbench_nccl_every_collective_correct_on_cuda_tensors(tmp_path):
                            "--dtypes", "fp32,fp16,bf16", "--max-bytes", "1MiB", "--iters", "5", "--mode", "sizes"],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    rows = load([tmp_path]).records
+    rows = records(tmp_path)
     assert {(r["collective"], r["dtype"]) for r in rows} == {(c, d) for c in COLLECTIVES for d in ("fp32", "fp16", "bf16")}
     for r in rows:
         assert r["backend"] == "nccl" and r["device"] == "cuda" and r["fallback_from"] is None

@@ -4,10 +4,9 @@ import subprocess
 import sys
 
 import pytest
-from helpers import REPO
+from helpers import REPO, records
 
 from ddlbench.commbench.backends import why_unavailable
-from ddlbench.analysis.records import load
 from ddlbench.commbench.collectives import COLLECTIVES
 
 pytestmark = pytest.mark.multiproc
@@ -16,7 +15,7 @@ pytestmark = pytest.mark.multiproc
 def commbench(tmp_path, *args):
     proc = subprocess.run([sys.executable, "-m", "ddlbench.commbench", "--results", str(tmp_path), *args],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
-    rows = load([tmp_path]).records
+    rows = records(tmp_path)
     return proc, rows
 
 
