@@ -11,7 +11,6 @@
 """
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -108,7 +107,7 @@ def whatif(models=("resnet50", "bert-base", "bert-large"), gbps=WHATIF_GBPS, wor
     """{model: {method: [speedup at each bandwidth]}} and the crossovers {model: [(gbps, from, to)]}."""
     from ddlbench.predict import cli, network, simulate
 
-    base = network.load("100gbib")
+    base, opts = network.load("100gbib"), cli.study_opts()
     curves, crossovers = {}, {}
     for model in models:
         batch = cli.model_batch(model)
@@ -118,7 +117,7 @@ def whatif(models=("resnet50", "bert-base", "bert-large"), gbps=WHATIF_GBPS, wor
         for g in gbps:
             c = replace(base, inter=network.Link(base.inter.alpha_s, 8 / (g * 1e9)), name=f"{g} Gb/s")
             for m in simulate.METHODS:
-                r = simulate.simulate(m, prof, c, workers, cli.study_opts())
+                r = simulate.simulate(m, prof, c, workers, opts)
                 per[m].append(r.samples_per_sec(batch) / prof.samples_per_sec_1)
             best.append(max(simulate.METHODS, key=lambda m: per[m][-1]))
         curves[model] = per

@@ -28,6 +28,7 @@ from pathlib import Path
 from ddlbench import metrics
 
 from . import noise
+from .records import PREDICTED
 
 METHOD_ORDER = ("bsp-ps", "bsp-a2a", "wfbp-ps", "wfbp-a2a", "mg-wfbp", "bytescheduler-ps", "bytescheduler-a2a", "ddp")
 
@@ -85,9 +86,9 @@ def _variant(hashes: dict, key, value: str | None) -> str:
 def ours(records: list[dict]) -> dict[Setup, Cells]:
     from ddlbench.record import config_hash
 
-    # predictions (kind "predicted") are never measurements, whoever passes them in
+    # predictions are never measurements, whoever passes them in
     ok = [r for r in records if r.get("status") == "ok" and r.get("samples_per_sec") is not None
-          and r.get("kind") != "predicted"]
+          and r.get("kind") != PREDICTED]
     setup_hash = [config_hash(r.get("config"), SETUP_DROPS) for r in ok]
     # the method's own settings and its server count: one method's variants within a setup
     method_hash = [config_hash({"method": (r.get("config") or {}).get("method"), "servers": _servers_set(r)})

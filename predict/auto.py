@@ -17,20 +17,14 @@ are this project's runtime, so the stack is "ddlbench".
 from __future__ import annotations
 
 import argparse
-import socket
 import sys
 from pathlib import Path
 
 from . import cli, network, simulate
+from .network import local_network_name
 
 CLUSTERS = ("local", "emulated", "slurm")
 DEFAULT_LOCAL_NETWORK = "loopback"
-
-
-def local_network_name(host: str | None = None) -> str:
-    """The name `make commbench` writes the local network under: local-<hostname>."""
-    host = (host or socket.gethostname()).split(".")[0].lower()
-    return "local-" + "".join(c if c.isalnum() or c in "-_" else "-" for c in host)
 
 
 def network_for(cluster: str, link: str | None = None, override: str | None = None,

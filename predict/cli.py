@@ -96,9 +96,9 @@ def predict(model: str, workers: list[int], net: str | network.Cluster, methods=
     out = {}
     for w in workers:
         for m in methods:
-            r = simulate.simulate(m, prof, cluster, w, opts)
             ex = simulate.explain(m, prof, cluster, w, opts) if explain and w > 1 else None
-            out[(m, w)] = Prediction(m, w, r.samples_per_sec(local_batch), r.period_s, r.compute_s, ex)
+            period = ex["period_s"] if ex else simulate.simulate(m, prof, cluster, w, opts).period_s
+            out[(m, w)] = Prediction(m, w, w * local_batch / period, period, prof.compute_s, ex)
     return out, prof, cluster
 
 

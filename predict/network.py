@@ -32,13 +32,9 @@ link, `max(alpha + chunk * beta)` over the link kinds the algorithm crosses:
 from __future__ import annotations
 
 import math
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-
-KIB = 1024
-STUDY_SMALL_BYTES = 16 * KIB      # the study's "16KB" (see above: KiB)
-STUDY_LARGE_BYTES = 1024 * KIB    # the study's "1MB"
-
 
 def seconds_at(nbytes: int, gbps: float) -> float:
     """Time of an n-byte message at an effective throughput of `gbps` Gb/s (1e9 bits/s)."""
@@ -169,11 +165,21 @@ class Cluster:
 
 # -- configs ------------------------------------------------------------------------------------
 def conf_dir() -> Path:
-    return Path(__file__).resolve().parents[1] / "conf" / "network"
+    from ddlbench.config import conf_dir as conf
+
+    return conf() / "network"
 
 
 def names() -> list[str]:
-    return sorted(p.stem for p in conf_dir().glob("*.yaml"))
+    from ddlbench.config import choices
+
+    return choices("network")
+
+
+def local_network_name(host: str | None = None) -> str:
+    """The name `make commbench` writes this machine's network under: local-<hostname>."""
+    host = (host or socket.gethostname()).split(".")[0].lower()
+    return "local-" + "".join(c if c.isalnum() or c in "-_" else "-" for c in host)
 
 
 def _link(spec) -> Link | None:
@@ -217,8 +223,6 @@ def emulated_spec(rate: str, directory: Path | None = None) -> dict:
     at the shaped rate, and the per-message cost of the software stack on this machine, which
     the namespaces do not change (no netem: no added delay): the alpha of `loopback` (or of the
     user's own commbench fit, `local-<hostname>`, where one exists), per link."""
-    import socket
-
     from ddlbench.launch.netns import BadSetting, check_rate
 
     try:
@@ -228,7 +232,7 @@ def emulated_spec(rate: str, directory: Path | None = None) -> dict:
     if bps is None:
         raise ValueError(f"network 'emulated-{rate}' has no rate; accepted: emulated-<a tc rate, e.g. 1gbit>")
     directory = directory or conf_dir()
-    base = f"local-{socket.gethostname()}"
+    base = local_network_name()
     base = base if (directory / f"{base}.yaml").exists() else "loopback"
     alpha = load(base, directory).inter.alpha_s
     return {"name": f"{EMULATED}{rate}", "gpus_per_node": 1,

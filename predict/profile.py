@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 GPU_PEAK_FLOPS = 13.45e12   # RTX 2080 Ti fp32, boost (NVIDIA specification)
@@ -85,9 +85,9 @@ class Profile:
         if samples_per_sec_1 <= 0:
             raise ValueError(f"one-worker throughput {samples_per_sec_1!r} samples/s is invalid; accepted: > 0")
         k = (self.local_batch / samples_per_sec_1) / self.compute_s
-        return Profile(self.model, self.local_batch, self.names, self.numels, self.element_size, self.ready_names,
-                       [t * k for t in self.ready_s], [t * k for t in self.need_s], self.forward_s * k,
-                       self.backward_s * k, [t * k for t in self.update_s], source, samples_per_sec_1)
+        return replace(self, ready_s=[t * k for t in self.ready_s], need_s=[t * k for t in self.need_s],
+                       forward_s=self.forward_s * k, backward_s=self.backward_s * k,
+                       update_s=[t * k for t in self.update_s], source=source, samples_per_sec_1=samples_per_sec_1)
 
 
 # -- the roofline pass on the meta device ------------------------------------------------------
@@ -129,7 +129,7 @@ def roofline(model: str, local_batch: int) -> Profile:
     return p
 
 
-def _hooked_pass(model: str, w, batch, now, profile: "Profile | None" = None) -> "Profile":
+def _hooked_pass(model: str, w, batch, now) -> "Profile":
     """One forward and backward pass of workload `w` with hooks that read `now()`: when each
     module first needs its parameters (forward pre-hook) and when each gradient is accumulated
     (post-accumulate-grad hook), in the order backward produced them."""
@@ -192,11 +192,9 @@ def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, 
     from ddlbench.config import conf_dir
 
     path = CACHE_DIR / f"{model}-b{local_batch}-{device.replace(':', '')}-measured.json"
-    if cache and path.exists():
-        try:
-            return Profile(**json.loads(path.read_text()))
-        except (ValueError, TypeError):
-            pass
+    cached = _read_cached(path) if cache else None
+    if cached is not None:
+        return cached
     dev = torch.device(device)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
 
@@ -228,30 +226,34 @@ def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, 
                   f"measured: one worker on {device}, hooks, median of {iters} iterations", 0.0)
     out.samples_per_sec_1 = local_batch / out.compute_s
     if cache:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(out)))
-        tmp.replace(path)
+        _write_cached(path, out)
     return out
 
 
 def derived(model: str, local_batch: int, samples_per_sec_1: float, cache: bool = True) -> Profile:
     """The roofline profile scaled to a stated one-worker throughput (cached per model, batch)."""
     path = CACHE_DIR / f"{model}-b{local_batch}.json"
-    raw = None
-    if cache and path.exists():
-        try:
-            raw = Profile(**json.loads(path.read_text()))
-        except (ValueError, TypeError):
-            raw = None
+    raw = _read_cached(path) if cache else None
     if raw is None:
         raw = roofline(model, local_batch)
         if cache:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(asdict(raw)))
-            tmp.replace(path)
+            _write_cached(path, raw)
     return raw.scaled(samples_per_sec_1, f"derived: roofline per operator, scaled to {samples_per_sec_1:g} samples/s on one worker")
+
+
+def _read_cached(path: Path) -> Profile | None:
+    """A cached profile, or None where there is none or it does not parse (then it is made again)."""
+    try:
+        return Profile(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _write_cached(path: Path, prof: Profile) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(prof)))
+    tmp.replace(path)
 
 
 # -- calibration: the one-worker rows of the published table, and nothing else --------------------

@@ -52,11 +52,12 @@ timeit over 400 partitions), so the queue's own cost is left out.
 """
 from __future__ import annotations
 
+import functools
 import heapq
 import math
+import statistics
 from collections import deque
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from ddlbench.methods.bytescheduler import CreditQueue
 from ddlbench.methods.grouped import fuse_by_threshold
@@ -77,14 +78,21 @@ HOROVOD_FUSION_BYTES = 64 * 1024 * 1024
 ITERATIONS = 3                     # simulated back to back; the last gap is the steady-state period
 
 
-def method_config(name: str, bytescheduler_ps: str = "byteps") -> dict:
-    """conf/method/<name>.yaml as a dict, the ByteScheduler-PS variant filled in."""
+@functools.lru_cache(maxsize=None)
+def _method_yaml(name: str) -> dict:
     import yaml
 
-    path = Path(__file__).resolve().parents[1] / "conf" / "method" / f"{name}.yaml"
+    from ddlbench.config import conf_dir
+
+    path = conf_dir() / "method" / f"{name}.yaml"
     if name not in METHODS or not path.exists():
         raise ValueError(f"method {name!r} is unknown to the predictor; accepted: {', '.join(METHODS)}")
-    cfg = yaml.safe_load(path.read_text())
+    return yaml.safe_load(path.read_text())
+
+
+def method_config(name: str, bytescheduler_ps: str = "byteps") -> dict:
+    """conf/method/<name>.yaml as a dict (read once per process), the ByteScheduler-PS variant filled in."""
+    cfg = dict(_method_yaml(name))
     if "scheduler" in cfg:
         cfg["scheduler"] = bytescheduler_ps
     return cfg
@@ -167,7 +175,9 @@ class Options:
     def __post_init__(self):
         if self.stack not in STACKS:
             raise ValueError(f"stack={self.stack!r} is unknown; accepted: {', '.join(STACKS)}")
-        if self.bytescheduler_ps not in ("byteps", "worker"):
+        from ddlbench.config import BYTESCHEDULER_PS_VARIANTS
+
+        if self.bytescheduler_ps not in BYTESCHEDULER_PS_VARIANTS:
             raise ValueError(f"bytescheduler_ps={self.bytescheduler_ps!r} is unknown; accepted: byteps, worker")
 
 
@@ -322,25 +332,25 @@ def grouped_messages(profile: Profile, threshold: int, by_bytes: bool = False) -
     return [[order[j] for j in g] for g in fuse_by_threshold(sizes, threshold)]
 
 
-def mgwfbp_alpha_beta(cluster: Cluster, workers: int, cfg: dict, opts: Options) -> tuple[float, float, str]:
+def mgwfbp_alpha_beta(cluster: Cluster, workers: int, cfg: dict, opts: Options) -> tuple[float, float]:
     """The alpha, beta MG-WFBP decides with: set in the config; else the study's table for this
     worker count (stack study); else a relative least-squares fit of this model's all-reduce
     times over the runtime's microbenchmark sizes, as ddlbench fits at start-up."""
     if cfg.get("alpha_s") is not None and cfg.get("beta_s_per_byte") is not None:
-        return float(cfg["alpha_s"]), float(cfg["beta_s_per_byte"]), "method config"
+        return float(cfg["alpha_s"]), float(cfg["beta_s_per_byte"])  # the method config's
     if opts.stack == "study" and workers in cluster.mgwfbp_table:
-        a, b = cluster.mgwfbp_table[workers]
-        return a, b, f"the study's table for {workers} workers"
+        return cluster.mgwfbp_table[workers]  # the study's table
     sizes = bench_sizes(int(cfg.get("bench_min_bytes", 32768)), int(cfg.get("bench_max_bytes", 2064384)))
-    a, b = fit_alpha_beta(sizes, [cluster.allreduce_s(s, workers, opts.algorithm) for s in sizes])
-    return a, b, "fitted to this model's all-reduce times (the runtime's microbenchmark sizes)"
+    # fitted to this model's all-reduce times at the runtime's microbenchmark sizes
+    return fit_alpha_beta(sizes, [cluster.allreduce_s(s, workers, opts.algorithm) for s in sizes])
 
 
 def plan_for(method: str, profile: Profile, cluster: Cluster, workers: int, opts: Options) -> Plan:
     cfg = method_config(method, opts.bytescheduler_ps)
     if method == "ddp":
         first = grouped_messages(profile, DDP_FIRST_BUCKET_BYTES, by_bytes=True)[0]
-        order = [i for i in list(range(len(profile.names)))[::-1] if i not in set(first)]
+        taken = set(first)
+        order = [i for i in reversed(range(len(profile.names))) if i not in taken]
         cap = int(cfg["bucket_cap_mb"]) << 20
         rest = fuse_by_threshold([profile.numels[i] * profile.element_size for i in order], cap)
         return Plan([first] + [[order[j] for j in g] for g in rest])
@@ -349,9 +359,9 @@ def plan_for(method: str, profile: Profile, cluster: Cluster, workers: int, opts
     if cfg["schedule"] == "wfbp":
         return Plan(grouped_messages(profile, 0), ps=cfg["architecture"] == "ps")
     if cfg["schedule"] == "mgwfbp":
-        a, b, _ = mgwfbp_alpha_beta(cluster, workers, cfg, opts)
-        order = profile.ready_order()
-        groups = merge_groups(profile.tb_s(), [profile.tensor_bytes[i] for i in order], a, b,
+        a, b = mgwfbp_alpha_beta(cluster, workers, cfg, opts)
+        order, tensor_bytes = profile.ready_order(), profile.tensor_bytes
+        groups = merge_groups(profile.tb_s(), [tensor_bytes[i] for i in order], a, b,
                               [profile.numels[i] for i in order], int(cfg.get("min_group_numel", 0)))
         return Plan([[order[j] for j in g] for g in groups])
     if cfg["schedule"] == "bytescheduler":
@@ -367,8 +377,6 @@ class Result:
     workers: int
     period_s: float
     compute_s: float
-    messages: int
-    alpha_beta: tuple | None = None
 
     def samples_per_sec(self, local_batch: int) -> float:
         return self.workers * local_batch / self.period_s
@@ -380,11 +388,12 @@ def simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opts
     the method's messages, decided beforehand; by default `plan_for` decides)."""
     opts = opts or Options()
     if workers == 1:
-        return Result(method, 1, profile.compute_s, profile.compute_s, 0)
+        return Result(method, 1, profile.compute_s, profile.compute_s)
     cluster.nodes(workers)  # validates the worker count against the network
     cfg = method_config(method, opts.bytescheduler_ps)
     p = plan or plan_for(method, profile, cluster, workers, opts)
     n = len(profile.names)
+    tensor_bytes = profile.tensor_bytes
     updated = [0.0] * n
     order_by_need = sorted(range(n), key=profile.need_s.__getitem__)
     starts = []
@@ -409,14 +418,12 @@ def simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opts
                 updated[i] = cursor
             f0 = b_end
         else:
-            unpack = sum(2 * sum(profile.tensor_bytes[i] for i in msg) / GPU_MEM_BPS
+            unpack = sum(2 * sum(tensor_bytes[i] for i in msg) / GPU_MEM_BPS
                          for msg in p.messages if len(msg) > 1)
             f0 = max(b_end, max(done)) + unpack + sum(profile.update_s)
             updated = [f0] * n
     starts.append(f0)
-    period = starts[-1] - starts[-2]
-    messages = len(p.messages) if not p.bytescheduler else None
-    return Result(method, workers, period, profile.compute_s, messages or 0)
+    return Result(method, workers, starts[-1] - starts[-2], profile.compute_s)
 
 
 def _communicate(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg: dict, opts: Options,
@@ -529,8 +536,5 @@ def explain(method: str, profile: Profile, cluster: Cluster, workers: int, opts:
 
 def mape(pairs) -> float:
     """Median absolute percentage error of (predicted, measured) pairs."""
-    errs = sorted(abs(p - m) / m for p, m in pairs)
-    if not errs:
-        return math.nan
-    mid = len(errs) // 2
-    return errs[mid] if len(errs) % 2 else (errs[mid - 1] + errs[mid]) / 2
+    errs = [abs(p - m) / m for p, m in pairs]
+    return statistics.median(errs) if errs else math.nan
