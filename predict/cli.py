@@ -48,12 +48,14 @@ class Prediction:
         return rec
 
 
-def study_opts(profile_name: str = "study", stack: str = "study", algorithm: str = "nccl") -> simulate.Options:
-    """Options as the named run profile would run: its ByteScheduler-PS variant."""
+def study_opts(profile_name: str = "study", stack: str = "study", algorithm: str | None = None) -> simulate.Options:
+    """Options as the named run profile would run: its ByteScheduler-PS variant; the all-reduce
+    algorithm by default the stack's NCCL: 2.4 (the study's 2.4.8) for `study`, a current one else."""
     import yaml
 
     path = Path(__file__).resolve().parents[1] / "conf" / "profile" / f"{profile_name}.yaml"
     variant = (yaml.safe_load(path.read_text()) or {}).get("bytescheduler_ps", "worker") if path.exists() else "worker"
+    algorithm = algorithm or ("nccl-2.4" if stack == "study" else "nccl")
     return simulate.Options(stack=stack, algorithm=algorithm, bytescheduler_ps=variant)
 
 
@@ -156,7 +158,8 @@ def main(argv=None) -> int:
                     "(e.g. pcie3x16-mgwfbp-table, the study's alternative calibration)")
     ap.add_argument("--stack", default="study", choices=simulate.STACKS,
                     help="study: BytePS/Horovod as the study ran them; ddlbench: this project's runtime")
-    ap.add_argument("--algorithm", default="nccl", choices=("nccl", "ring", "tree", "hierarchical"))
+    ap.add_argument("--algorithm", default=None, choices=network.ALGORITHMS,
+                    help="all-reduce algorithm (default: nccl-2.4 with --stack study, the study's NCCL 2.4.8; nccl else)")
     ap.add_argument("--results", default="results", help=f"appends to RESULTS/{DEFAULT_FILE}")
     ap.add_argument("--no-record", action="store_true", help="print only")
     a = ap.parse_args(argv)

@@ -19,12 +19,21 @@ link, `max(alpha + chunk * beta)` over the link kinds the algorithm crosses:
       t = 2 (W - 1) * max_link(alpha + n / W * beta)
 - tree all-reduce (NCCL 2.4's double binary tree between nodes, a chain inside each): latency
   2 (ceil(log2 m) alpha_inter + (g - 1) alpha_intra); bandwidth: each node sends and receives
-  n per phase, so 2 n beta of the slowest link (no (W-1)/W saving). NCCL uses trees only
-  between nodes (m >= 2).
+  n per phase, so 2 n beta of the slowest link (no (W-1)/W saving). On one node it is the
+  chain alone, never faster than the ring, so NCCL's choice is then always the ring.
 - hierarchical all-reduce (Horovod's HOROVOD_HIERARCHICAL_ALLREDUCE): reduce inside each node,
   ring all-reduce among the m node leaders, broadcast inside each node.
-- NCCL: the faster of ring and tree. NCCL 2.4.8 chose by a size threshold; NCCL >= 2.5 by a
-  cost model of this kind. Assumed: NCCL picked the faster one.
+- NCCL (`nccl`): the faster of ring and tree, as NCCL >= 2.5 chooses by a cost model of this kind.
+- NCCL 2.4 (`nccl-2.4`, the study's NCCL 2.4.8): the tree for messages up to a size threshold,
+  the ring above it. NCCL 2.4 computed the threshold once per communicator from constants of
+  its own (NVIDIA/nccl 2.4, src/init.cc, ncclTreeThreshold), not from the network:
+      ring latency  6 us * (W - 1)
+      tree latency  15 us * floor(log2 m) + 4 us * (W / m - 1)
+      bandwidths    ring 5000 B/us; tree 2/3 of it (GPUs without NVLink, as in the study)
+      threshold     ring_bw * tree_bw / (ring_bw - tree_bw) * (ring latency - tree latency),
+                    0 (never the tree) on one node or where the ring's latency is no larger.
+  E.g. 32 GPUs on 8 PCIe nodes: (186 - 57) us * 10,000 B/us = 1.29 MB. Only the choice comes from
+  NCCL's constants; each algorithm's time is still this model's.
 - inside a node for a PS partition (BytePS: ncclReduceScatter before the push, ncclAllGather
   after the pull, each GPU copying its slice to or from the host): (g - 1) steps of n / g bytes
   each way, plus the copy of n / g bytes.
@@ -35,6 +44,9 @@ import math
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
+
+ALGORITHMS = ("nccl", "nccl-2.4", "ring", "tree", "hierarchical")
+
 
 def seconds_at(nbytes: int, gbps: float) -> float:
     """Time of an n-byte message at an effective throughput of `gbps` Gb/s (1e9 bits/s)."""
@@ -122,10 +134,23 @@ class Cluster:
 
     def tree_allreduce_s(self, nbytes: float, workers: int) -> float:
         m, g = self.nodes(workers)
-        if m == 1:
-            return math.inf  # NCCL builds trees between nodes only
-        latency = 2 * (math.ceil(math.log2(m)) * self.inter.alpha_s + (g - 1) * (self.intra.alpha_s if g > 1 else 0))
+        if workers == 1:
+            return 0.0
+        between = math.ceil(math.log2(m)) * self.inter.alpha_s if m > 1 else 0.0
+        latency = 2 * (between + (g - 1) * (self.intra.alpha_s if g > 1 else 0))
         return latency + 2 * nbytes * max(l.beta_s_per_byte for l in self._links(workers))
+
+    def nccl24_tree_threshold_bytes(self, workers: int) -> float:
+        """The largest all-reduce NCCL 2.4 sends by tree (module docstring: its own constants, the
+        branch for GPUs without NVLink, as every node config here is)."""
+        m, _ = self.nodes(workers)
+        ring_bw = 5000.0  # B/us
+        tree_bw = ring_bw * 2 / 3
+        ring_lat_us = 6.0 * (workers - 1)
+        tree_lat_us = 15.0 * int(math.log2(m)) + 4.0 * (workers // m - 1)
+        if m < 2 or ring_lat_us <= tree_lat_us:
+            return 0.0
+        return ring_bw * tree_bw / (ring_bw - tree_bw) * (ring_lat_us - tree_lat_us)
 
     def hierarchical_allreduce_s(self, nbytes: float, workers: int) -> float:
         m, g = self.nodes(workers)
@@ -146,7 +171,11 @@ class Cluster:
             return self.hierarchical_allreduce_s(nbytes, workers)
         if algorithm == "nccl":
             return min(self.ring_allreduce_s(nbytes, workers), self.tree_allreduce_s(nbytes, workers))
-        raise ValueError(f"all-reduce algorithm {algorithm!r} is unknown; accepted: nccl, ring, tree, hierarchical")
+        if algorithm == "nccl-2.4":
+            if nbytes <= self.nccl24_tree_threshold_bytes(workers):
+                return self.tree_allreduce_s(nbytes, workers)
+            return self.ring_allreduce_s(nbytes, workers)
+        raise ValueError(f"all-reduce algorithm {algorithm!r} is unknown; accepted: {', '.join(ALGORITHMS)}")
 
     def intra_reduce_s(self, nbytes: float, g: int) -> float:
         """One half of a node's all-reduce (reduce-scatter or all-gather over g GPUs) plus each

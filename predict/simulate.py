@@ -18,7 +18,8 @@ What is modelled (one worker stands for all: workers are identical, so every mac
 same thing at the same time, and a server receives a partition from all m machines at once):
 - compute from a `profile.Profile`: forward, then backward producing gradient i at ready_s[i];
 - all-reduce methods: one NCCL stream per worker, so collectives run one at a time in launch
-  order, each costing `Cluster.allreduce_s` (NCCL: faster of ring and tree); BSP launches after
+  order, each costing `Cluster.allreduce_s` (stack study: NCCL 2.4's size threshold between tree
+  and ring; else the faster of the two); BSP launches after
   backward, the others from the hook of the group's last gradient (overlap with backward); fused
   groups pay a pack and an unpack copy at the GPU's memory bandwidth;
 - PS methods, per machine (BytePS): per partition, a reduce inside the node over its NCCL stream,
@@ -64,7 +65,7 @@ from ddlbench.methods.grouped import fuse_by_threshold
 from ddlbench.methods.mgwfbp import bench_sizes, fit_alpha_beta, merge_groups
 from ddlbench.methods.ps import EngineMap, ScheduledQueue, plan
 
-from .network import Cluster, Link
+from .network import ALGORITHMS, Cluster, Link
 from .profile import GPU_MEM_BPS, Profile
 
 METHODS = ("bsp-ps", "bsp-a2a", "wfbp-ps", "wfbp-a2a", "mg-wfbp", "bytescheduler-ps", "bytescheduler-a2a", "ddp")
@@ -166,7 +167,7 @@ class Station:
 @dataclass
 class Options:
     stack: str = "study"            # "study": BytePS/Horovod as the study ran them; "ddlbench": this runtime
-    algorithm: str = "nccl"         # all-reduce algorithm: nccl (faster of ring, tree), ring, tree, hierarchical
+    algorithm: str = "nccl"         # all-reduce algorithm, one of network.ALGORITHMS (nccl: the faster of ring, tree)
     bytescheduler_ps: str = "byteps"  # the study's variant (profile=study); "worker": ByteScheduler's queue
     servers: int | None = None      # PS servers; None = one per worker machine (the study)
     server_contention: bool = True  # False: a what-if for `explain`: each server link carries one
@@ -175,6 +176,8 @@ class Options:
     def __post_init__(self):
         if self.stack not in STACKS:
             raise ValueError(f"stack={self.stack!r} is unknown; accepted: {', '.join(STACKS)}")
+        if self.algorithm not in ALGORITHMS:
+            raise ValueError(f"algorithm={self.algorithm!r} is unknown; accepted: {', '.join(ALGORITHMS)}")
         from ddlbench.config import BYTESCHEDULER_PS_VARIANTS
 
         if self.bytescheduler_ps not in BYTESCHEDULER_PS_VARIANTS:

@@ -1,5 +1,4 @@
 """The predictor's network model: alpha/beta from two points, collectives, configs."""
-import math
 
 import pytest
 
@@ -58,7 +57,38 @@ def test_tree_between_nodes_by_hand_and_nccl_takes_the_faster():
     # 2 nodes: latency 2 * (1 * 5 us + 1 * 1 us); bandwidth 2 * 4000 B * 2 ns
     assert c.tree_allreduce_s(4000, 4) == pytest.approx(12e-6 + 16e-6)
     assert c.allreduce_s(4000, 4) == min(c.ring_allreduce_s(4000, 4), c.tree_allreduce_s(4000, 4))
-    assert math.isinf(node().tree_allreduce_s(4000, 4))  # one node: no tree
+
+
+def test_tree_on_one_node_is_the_chain_and_never_chosen():
+    # was infinite, so an explicit --algorithm tree on one node crashed the simulation
+    # chain of 4 GPUs: latency 2 * 3 * 1 us, bandwidth 2 * 4000 B * 1 ns
+    assert node().tree_allreduce_s(4000, 4) == pytest.approx(6e-6 + 8e-6)
+    for n in (8, 4000, 4e8):
+        assert node().allreduce_s(n, 4) == node().ring_allreduce_s(n, 4)
+
+
+def test_nccl_24_tree_threshold_by_hand():
+    # NCCL 2.4 (init.cc ncclTreeThreshold), no NVLink: ring 5000 B/us, tree 2/3 of it, so
+    # threshold = 10,000 B/us * (6 us (W-1) - (15 us floor(log2 m) + 4 us (W/m - 1)))
+    c = network.load("100gbib")  # 4 GPUs per node
+    assert c.nccl24_tree_threshold_bytes(32) == pytest.approx(10_000 * (186 - (45 + 12)))  # 1.29 MB
+    assert c.nccl24_tree_threshold_bytes(16) == pytest.approx(10_000 * (90 - (30 + 12)))
+    assert c.nccl24_tree_threshold_bytes(8) == pytest.approx(10_000 * (42 - (15 + 12)))
+    assert c.nccl24_tree_threshold_bytes(4) == 0.0  # one node: always the ring
+    # one GPU per node, 2 nodes: ring 6 us vs tree 15 us: the ring's latency is smaller -> 0
+    assert node(g=1, inter=Link(5e-6, 2e-9)).nccl24_tree_threshold_bytes(2) == 0.0
+
+
+def test_nccl_24_picks_tree_below_its_threshold_and_ring_above():
+    c = network.load("100gbib")
+    t = c.nccl24_tree_threshold_bytes(32)
+    assert c.allreduce_s(t, 32, "nccl-2.4") == c.tree_allreduce_s(t, 32)
+    assert c.allreduce_s(t + 1, 32, "nccl-2.4") == c.ring_allreduce_s(t + 1, 32)
+    # and it is not the cost model's choice: at 2 MB the tree is faster here, yet 2.4 took the ring
+    assert c.tree_allreduce_s(2e6, 32) < c.ring_allreduce_s(2e6, 32)
+    assert c.allreduce_s(2e6, 32, "nccl-2.4") == c.ring_allreduce_s(2e6, 32)
+    with pytest.raises(ValueError, match="accepted: nccl, nccl-2.4, ring, tree, hierarchical"):
+        c.allreduce_s(1e6, 32, "nccl-2.5")
 
 
 def test_hierarchical_by_hand():

@@ -83,6 +83,10 @@ def test_make_predict_contract(tmp_path, monkeypatch, capsys):
         assert rec["local_batch"] == 64 and rec["workers"] in (4, 8) and rec["samples_per_sec"] > 0
     assert {r["method"] for r in lines} == {"bsp-ps", "bsp-a2a", "wfbp-ps", "wfbp-a2a", "mg-wfbp",
                                              "bytescheduler-ps", "bytescheduler-a2a", "ddp"}
+    # the study's stack times all-reduces as its NCCL 2.4.8 chose them; the record says so
+    assert {r["algorithm"] for r in lines} == {"nccl-2.4"}
+    assert cli.main(["--workers", "4", "--stack", "ddlbench", "--results", str(tmp_path / "d")]) == 0
+    assert {json.loads(x)["algorithm"] for x in (tmp_path / "d" / cli.DEFAULT_FILE).read_text().splitlines()} == {"nccl"}
 
 
 def test_bad_inputs_are_one_line(tmp_path, capsys):

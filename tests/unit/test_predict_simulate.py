@@ -125,6 +125,15 @@ def test_the_studys_bytescheduler_a2a_goes_through_horovods_cycle():
     assert 4.1 < study <= 4.1 + 3 * simulate.HOROVOD_CYCLE_S
 
 
+def test_every_algorithm_simulates_every_method_on_one_node():
+    # `--algorithm tree` on one node used to time every all-reduce as infinite and crash
+    for algorithm in ("nccl", "nccl-2.4", "ring", "tree", "hierarchical"):
+        for method in simulate.METHODS:
+            assert 3.0 < period(method, toy(), two_gpus(), algorithm=algorithm) < 30.0
+    with pytest.raises(ValueError, match="algorithm='nccl-2.5' is unknown; accepted: nccl, nccl-2.4"):
+        simulate.Options(algorithm="nccl-2.5")
+
+
 def test_ps_with_two_servers_by_hand():
     # 2 machines of 1 GPU (no node stage); inter link alpha 0, beta 1e-5 s/B; 2 servers.
     # BSP-PS: one message of 120,000 B in one partition (4,096,000-byte partitions) on one server:
