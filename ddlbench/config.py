@@ -393,8 +393,10 @@ def threads_for(procs: int) -> int:
     return max(1, usable_cores() // procs)
 
 
-def threads_per_worker(cfg) -> int:
+def threads_per_worker(cfg, local_procs: int | None = None) -> int:
+    """The launcher's `threads_per_worker` where set; `auto`: this host's cores shared by the
+    processes on it (`local_procs`; by default every worker and server of the run)."""
     t = cfg.launcher.get("threads_per_worker", "auto")
     if t == "auto":
-        return threads_for(cfg.workers + cfg.servers)
+        return threads_for(cfg.workers + cfg.servers if local_procs is None else local_procs)
     return int(t)

@@ -21,7 +21,7 @@ from pathlib import Path
 from omegaconf import OmegaConf
 
 from ddlbench import metrics, record
-from ddlbench.config import threads_for, threads_per_worker
+from ddlbench.config import threads_per_worker
 
 
 def worker_args(run_dir: Path) -> list[str]:
@@ -130,7 +130,7 @@ def _prepare(cfg, run_dir: Path) -> None:
 def run_env(cfg, local_procs: int | None = None) -> dict:
     """The ranks' environment: OpenMP threads shared out over this host's processes, and the
     engine's knobs (Horovod's fusion off for the methods)."""
-    threads = threads_per_worker(cfg) if local_procs is None else threads_for(local_procs)
+    threads = threads_per_worker(cfg, local_procs)
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
     if cfg.engine.name == "horovod":
         from ddlbench.engines import horovod_env

@@ -223,7 +223,7 @@ class Cluster:
             "measured_links": [f"{l.src}->{l.dst}" for l in links],
             "hosts": {h.hostname: h.address for h in self.hosts},
             "topology": f"{len(self.hosts)} hosts, one veth each to bridge {BRIDGE}; tbf at link both ways per host"
-                        + (f", at intra_link on each host's loopback" if self.intra_link else ""),
+                        + (", at intra_link on each host's loopback" if self.intra_link else ""),
             "netem_available": netem,
             "latency": "not emulated (no netem in this kernel)" if not netem else "not emulated (netem not used)",
         }

@@ -232,3 +232,8 @@ def test_threads_follow_the_cores_this_process_may_use_not_the_machines(monkeypa
     cfg = config.resolve(config._compose(["workers=2"]))
     monkeypatch.setenv("SLURM_CPUS_ON_NODE", "2")
     assert run_env(cfg, local_procs=2)["OMP_NUM_THREADS"] == "1"  # not 8 // 2
+    # an explicit setting wins on every launcher; it was ignored where the host's process count
+    # is known (Slurm nodes, emulated hosts)
+    cfg = config.resolve(config._compose(["workers=2", "launcher.threads_per_worker=3"]))
+    assert run_env(cfg, local_procs=2)["OMP_NUM_THREADS"] == "3"
+    assert run_env(cfg)["OMP_NUM_THREADS"] == "3"
