@@ -111,7 +111,8 @@ def local(results: str, local_network: str | None) -> dict:
         if r["workers"] < 2 or net is None or key not in base or r["method"] not in simulate.METHODS:
             continue
         x1 = statistics.mean(base[key])
-        stack_opts = cli.study_opts((r.get("config") or {}).get("profile", {}).get("name", "local"), stack="ddlbench")
+        stack_opts = cli.study_opts((r.get("config") or {}).get("profile", {}).get("name", "local"), stack="ddlbench",
+                                    backend=r.get("backend"))
         p, _, _ = cli.predict(r["model"], [r["workers"]], net, (r["method"],), r["local_batch"], x1, stack_opts,
                               explain=False)
         pairs[r["method"]].append((p[(r["method"], r["workers"])].samples_per_sec, r["samples_per_sec"]))

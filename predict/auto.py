@@ -57,7 +57,7 @@ def resolve(model: str, workers: int, local_batch: int, net: str, profile_from: 
             run_profile: str = "local", stack: str = "ddlbench", methods=simulate.METHODS, prof=None) -> dict:
     """{method, samples_per_sec, network, dominant, predicted}: the fastest predicted method and
     every method's prediction."""
-    opts = cli.study_opts(run_profile, stack=stack)
+    opts = cli.study_opts(run_profile, stack=stack, backend="nccl" if device.startswith("cuda") else "gloo")
     prof = prof or cli.load_profile(model, local_batch, None, profile_from, device)
     preds, prof, cluster = cli.predict(model, [workers], net, methods, local_batch, None, opts, explain=workers > 1,
                                        prof=prof)

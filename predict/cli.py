@@ -48,14 +48,24 @@ class Prediction:
         return rec
 
 
-def study_opts(profile_name: str = "study", stack: str = "study", algorithm: str | None = None) -> simulate.Options:
+def default_algorithm(stack: str, backend: str | None = None) -> str:
+    """The all-reduce algorithm a run's stack and backend use: the study's NCCL 2.4.8 rule for
+    `study`; Gloo's ring (gloo/allreduce.cc: an unspecified algorithm is the ring) for `gloo`;
+    else a current NCCL's choice, the faster of ring and tree."""
+    if stack == "study":
+        return "nccl-2.4"
+    return "ring" if backend == "gloo" else "nccl"
+
+
+def study_opts(profile_name: str = "study", stack: str = "study", algorithm: str | None = None,
+               backend: str | None = None) -> simulate.Options:
     """Options as the named run profile would run: its ByteScheduler-PS variant; the all-reduce
-    algorithm by default the stack's NCCL: 2.4 (the study's 2.4.8) for `study`, a current one else."""
+    algorithm `algorithm`, by default the one of the stack and backend (`default_algorithm`)."""
     import yaml
 
     path = Path(__file__).resolve().parents[1] / "conf" / "profile" / f"{profile_name}.yaml"
     variant = (yaml.safe_load(path.read_text()) or {}).get("bytescheduler_ps", "worker") if path.exists() else "worker"
-    algorithm = algorithm or ("nccl-2.4" if stack == "study" else "nccl")
+    algorithm = algorithm or default_algorithm(stack, backend)
     return simulate.Options(stack=stack, algorithm=algorithm, bytescheduler_ps=variant)
 
 
@@ -159,7 +169,8 @@ def main(argv=None) -> int:
     ap.add_argument("--stack", default="study", choices=simulate.STACKS,
                     help="study: BytePS/Horovod as the study ran them; ddlbench: this project's runtime")
     ap.add_argument("--algorithm", default=None, choices=network.ALGORITHMS,
-                    help="all-reduce algorithm (default: nccl-2.4 with --stack study, the study's NCCL 2.4.8; nccl else)")
+                    help="all-reduce algorithm (default: nccl-2.4 with --stack study, the study's NCCL 2.4.8; "
+                         "nccl else; ring is what Gloo runs)")
     ap.add_argument("--results", default="results", help=f"appends to RESULTS/{DEFAULT_FILE}")
     ap.add_argument("--no-record", action="store_true", help="print only")
     a = ap.parse_args(argv)

@@ -92,3 +92,18 @@ def test_measured_profile_of_a_tiny_model(tmp_path, monkeypatch):
     assert p.samples_per_sec_1 == pytest.approx(2 / p.compute_s)
     assert list(tmp_path.glob("tiny-resnet-b2-cpu-measured.json"))  # cached
     assert cli.load_profile("tiny-resnet", 2, 50.0, "measured").samples_per_sec_1 == 50.0  # rescaled on request
+
+
+def test_each_stack_and_backend_times_the_all_reduce_its_library_runs():
+    # the study's NCCL 2.4.8; Gloo's ring (runs here over Gloo were timed as NCCL's best of
+    # ring and tree, whose tree latency grows with log2 of the hosts, not with the workers)
+    assert cli.study_opts().algorithm == "nccl-2.4"
+    assert cli.study_opts("local", "ddlbench", backend="gloo").algorithm == "ring"
+    assert cli.study_opts("local", "ddlbench", backend="nccl").algorithm == "nccl"
+    assert cli.study_opts("local", "ddlbench", "tree", backend="gloo").algorithm == "tree"  # asked for
+    # METHOD=auto on CPU predicts Gloo's ring: on 4 one-GPU hosts of a latency-bound link the ring
+    # pays 6 alphas per all-reduce, the tree 4, so WFBP-A2A's prediction drops
+    slow = Cluster("slow", intra=None, inter=Link(1e-3, 1e-10), gpus_per_node=1)
+    cpu = auto.resolve("tiny-resnet", 4, 4, slow, "derived", prof=toy_profile())
+    gpu = auto.resolve("tiny-resnet", 4, 4, slow, "derived", device="cuda", prof=toy_profile())
+    assert cpu["predicted"]["wfbp-a2a"] < gpu["predicted"]["wfbp-a2a"]
