@@ -95,15 +95,23 @@ def record_network(rec: dict) -> str | None:
     return net or None
 
 
+def threads_of(rec: dict) -> int | None:
+    """The intra-op threads each worker of a run had (its recorded OMP_NUM_THREADS)."""
+    t = str((rec.get("env") or {}).get("OMP_NUM_THREADS", ""))
+    return int(t) if t.isdigit() else None
+
+
 def local(results: str, local_network: str | None) -> dict:
     """{method: [(predicted, measured)]} over our own records with a known network."""
     from ddlbench.analysis import tables
 
     recs = [r for r in load([results]).records if r.get("status") == "ok" and r.get("samples_per_sec")]
-    base = {}
+    base, base_threads = {}, {}
     for r in recs:
         if r["workers"] == 1:
-            base.setdefault((r["model"], r["local_batch"], tables.network_of(r)), []).append(r["samples_per_sec"])
+            key = (r["model"], r["local_batch"], tables.network_of(r))
+            base.setdefault(key, []).append(r["samples_per_sec"])
+            base_threads.setdefault(key, set()).add(threads_of(r))
     pairs = defaultdict(list)
     for r in recs:
         net = record_network(r) or local_network
@@ -113,8 +121,12 @@ def local(results: str, local_network: str | None) -> dict:
         x1 = statistics.mean(base[key])
         stack_opts = cli.study_opts((r.get("config") or {}).get("profile", {}).get("name", "local"), stack="ddlbench",
                                     backend=r.get("backend"))
+        prof = None
+        if r.get("device") == "cpu" and threads_of(r) and base_threads[key] != {threads_of(r)}:
+            # each worker had fewer cores than the one-worker run: one worker measured here at its threads
+            prof = cli.load_profile(r["model"], r["local_batch"], None, "measured", "cpu", threads_of(r))
         p, _, _ = cli.predict(r["model"], [r["workers"]], net, (r["method"],), r["local_batch"], x1, stack_opts,
-                              explain=False)
+                              explain=False, prof=prof)
         pairs[r["method"]].append((p[(r["method"], r["workers"])].samples_per_sec, r["samples_per_sec"]))
     return pairs
 

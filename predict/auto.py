@@ -10,8 +10,8 @@ record keeps as `prediction: {method, samples_per_sec, network, dominant}` besid
 Which network (`network_for`): NETWORK=... if given; CLUSTER=emulated: `emulated-<LINK>`;
 CLUSTER=local: `local-<hostname>` written by `make commbench` if present, else `loopback`
 (conf/network/loopback.yaml, this project's own commbench fit on its development host; see its
-sources). Which profile: for CLUSTER=local and emulated the one measured here by one worker
-(profile.measured, cached); elsewhere the roofline scaled to the study's one-GPU row. Runs here
+sources). Which profile: for CLUSTER=local and emulated the one measured here by one worker at
+the threads each worker of the run will have (profile.measured, cached); elsewhere the roofline scaled to the study's one-GPU row. Runs here
 are this project's runtime, so the stack is "ddlbench".
 """
 from __future__ import annotations
@@ -19,6 +19,8 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+
+from ddlbench.config import threads_for
 
 from . import cli, network, simulate
 from .network import local_network_name
@@ -54,11 +56,12 @@ def run_local_batch(model: str, run_profile: str) -> int:
 
 
 def resolve(model: str, workers: int, local_batch: int, net: str, profile_from: str, device: str = "cpu",
-            run_profile: str = "local", stack: str = "ddlbench", methods=simulate.METHODS, prof=None) -> dict:
+            run_profile: str = "local", stack: str = "ddlbench", methods=simulate.METHODS, prof=None,
+            threads: int | None = None) -> dict:
     """{method, samples_per_sec, network, dominant, predicted}: the fastest predicted method and
-    every method's prediction."""
+    every method's prediction (a measured CPU profile at `threads`, each worker's share)."""
     opts = cli.study_opts(run_profile, stack=stack, backend="nccl" if device.startswith("cuda") else "gloo")
-    prof = prof or cli.load_profile(model, local_batch, None, profile_from, device)
+    prof = prof or cli.load_profile(model, local_batch, None, profile_from, device, threads)
     preds, prof, cluster = cli.predict(model, [workers], net, methods, local_batch, None, opts, explain=workers > 1,
                                        prof=prof)
     best = cli.fastest(preds, workers)
@@ -92,8 +95,11 @@ def main(argv=None) -> int:
         net = network_for(a.cluster, a.link, a.network)
         source = a.profile_from or ("derived" if a.cluster == "slurm" else "measured")
         batch = a.local_batch or run_local_batch(a.model, a.profile)
+        # workers here share this machine's cores (launch.run_env: cores // processes each); the
+        # PS methods' servers take a share too, not counted: one profile serves every method
+        threads = threads_for(a.workers) if a.cluster in ("local", "emulated") else None
         choice = resolve(a.model, a.workers, batch, net, source, a.device, a.profile,
-                         stack="study" if a.cluster == "slurm" and a.profile == "study" else "ddlbench")
+                         stack="study" if a.cluster == "slurm" and a.profile == "study" else "ddlbench", threads=threads)
     except ValueError as exc:
         print(f"auto: error: {exc}", file=sys.stderr)
         return 2

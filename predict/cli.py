@@ -85,11 +85,12 @@ PROFILE_SOURCES = ("derived", "measured")
 
 
 def load_profile(model: str, local_batch: int, one_worker: float | None, source: str = "derived",
-                 device: str = "cpu") -> profile.Profile:
+                 device: str = "cpu", threads: int | None = None) -> profile.Profile:
     """derived: the roofline scaled to `one_worker` (default: the study's published one-GPU row);
-    measured: one worker's hooks on `device` (here), rescaled to `one_worker` only if stated."""
+    measured: one worker's hooks on `device` (here; on the CPU at `threads` intra-op threads),
+    rescaled to `one_worker` only if stated."""
     if source == "measured":
-        prof = profile.measured(model, local_batch, device)
+        prof = profile.measured(model, local_batch, device, threads=threads)
         return prof if one_worker is None else prof.scaled(one_worker, f"{prof.source}, scaled to {one_worker:g} samples/s")
     if source != "derived":
         raise ValueError(f"profile source {source!r} is unknown; accepted: {', '.join(PROFILE_SOURCES)}")

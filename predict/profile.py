@@ -176,12 +176,37 @@ def _hooked_pass(model: str, w, batch, now) -> "Profile":
 
 
 def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, warmup: int = 2,
-             cache: bool = True) -> Profile:
+             cache: bool = True, threads: int | None = None) -> Profile:
     """The profile measured on `device` by one worker (PROFILE_FROM=measured): forward and backward
     per layer from the hooks of `_hooked_pass` on the wall clock (CUDA synchronised at every
     reading on a GPU, as the study's MG-WFBP profiler did), the median of `iters` passes after
     `warmup`; the momentum-SGD step timed whole and shared by parameter size. Its one-worker
-    throughput is its own (batch / compute). Cached per model, batch and device."""
+    throughput is its own (batch / compute). On the CPU, `threads`: the intra-op threads one
+    worker of the predicted run will have (the launchers share the cores out, config.threads_for),
+    else this process's. Cached per model, batch, device and threads."""
+    import torch
+
+    dev = torch.device(device)
+    threads = threads if dev.type == "cpu" else None
+    path = CACHE_DIR / f"{model}-b{local_batch}-{device.replace(':', '')}{f'-t{threads}' if threads else ''}-measured.json"
+    cached = _read_cached(path) if cache else None
+    if cached is not None:
+        return cached
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        out = _measure(model, local_batch, dev, iters, warmup)
+    finally:
+        torch.set_num_threads(before)
+    out.source = f"measured: one worker on {device}{f' at {threads} threads' if threads else ''}, hooks, " \
+                 f"median of {iters} iterations"
+    if cache:
+        _write_cached(path, out)
+    return out
+
+
+def _measure(model: str, local_batch: int, dev, iters: int, warmup: int) -> Profile:
     import statistics
     import time
 
@@ -191,11 +216,6 @@ def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, 
     from ddlbench import models
     from ddlbench.config import conf_dir
 
-    path = CACHE_DIR / f"{model}-b{local_batch}-{device.replace(':', '')}-measured.json"
-    cached = _read_cached(path) if cache else None
-    if cached is not None:
-        return cached
-    dev = torch.device(device)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
 
     def now() -> float:
@@ -222,11 +242,8 @@ def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, 
                   [mid([r.ready_s[i] for r in runs]) for i in range(len(first.names))],
                   [mid([r.need_s[i] for r in runs]) for i in range(len(first.names))],
                   mid([r.forward_s for r in runs]), mid([r.backward_s for r in runs]),
-                  [step_s * n / total for n in first.numels],
-                  f"measured: one worker on {device}, hooks, median of {iters} iterations", 0.0)
+                  [step_s * n / total for n in first.numels], "measured", 0.0)
     out.samples_per_sec_1 = local_batch / out.compute_s
-    if cache:
-        _write_cached(path, out)
     return out
 
 

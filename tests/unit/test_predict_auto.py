@@ -92,6 +92,13 @@ def test_measured_profile_of_a_tiny_model(tmp_path, monkeypatch):
     assert p.samples_per_sec_1 == pytest.approx(2 / p.compute_s)
     assert list(tmp_path.glob("tiny-resnet-b2-cpu-measured.json"))  # cached
     assert cli.load_profile("tiny-resnet", 2, 50.0, "measured").samples_per_sec_1 == 50.0  # rescaled on request
+    # at the threads one worker of the run will have (METHOD=auto on CPU: cores // workers)
+    import torch
+
+    before = torch.get_num_threads()
+    one = cli.load_profile("tiny-resnet", 2, None, "measured", "cpu", threads=1)
+    assert "at 1 threads" in one.source and list(tmp_path.glob("tiny-resnet-b2-cpu-t1-measured.json"))
+    assert torch.get_num_threads() == before  # the caller's setting is back
 
 
 def test_each_stack_and_backend_times_the_all_reduce_its_library_runs():
