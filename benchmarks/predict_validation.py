@@ -101,6 +101,20 @@ def threads_of(rec: dict) -> int | None:
     return int(t) if t.isdigit() else None
 
 
+def thread_ratio(rec: dict, base_threads: set) -> float:
+    """How much faster one worker computes at the threads each worker of `rec` had than at the
+    one-worker run's (one thread count, recorded): the ratio of one worker's throughput measured
+    here at each (profile.measured). 1 where they match or either is unknown, or off the CPU."""
+    t = threads_of(rec)
+    if rec.get("device") != "cpu" or t is None or len(base_threads) != 1 or None in base_threads:
+        return 1.0
+    (t1,) = base_threads
+    if t == t1:
+        return 1.0
+    at = lambda n: cli.load_profile(rec["model"], rec["local_batch"], None, "measured", "cpu", n).samples_per_sec_1  # noqa: E731
+    return at(t) / at(t1)
+
+
 def local(results: str, local_network: str | None) -> dict:
     """{method: [(predicted, measured)]} over our own records with a known network."""
     from ddlbench.analysis import tables
@@ -121,12 +135,9 @@ def local(results: str, local_network: str | None) -> dict:
         x1 = statistics.mean(base[key])
         stack_opts = cli.study_opts((r.get("config") or {}).get("profile", {}).get("name", "local"), stack="ddlbench",
                                     backend=r.get("backend"))
-        prof = None
-        if r.get("device") == "cpu" and threads_of(r) and base_threads[key] != {threads_of(r)}:
-            # each worker had fewer cores than the one-worker run: one worker measured here at its threads
-            prof = cli.load_profile(r["model"], r["local_batch"], None, "measured", "cpu", threads_of(r))
+        x1 *= thread_ratio(r, base_threads[key])
         p, _, _ = cli.predict(r["model"], [r["workers"]], net, (r["method"],), r["local_batch"], x1, stack_opts,
-                              explain=False, prof=prof)
+                              explain=False)
         pairs[r["method"]].append((p[(r["method"], r["workers"])].samples_per_sec, r["samples_per_sec"]))
     return pairs
 

@@ -183,7 +183,7 @@ def resolve(cfg: DictConfig) -> DictConfig:
         if cfg.backend not in BACKENDS:
             raise _bad("backend", cfg.backend, BACKENDS)
         if cfg.backend == "auto":
-            cfg.backend = "nccl" if cfg.device == "cuda" else "gloo"
+            cfg.backend = default_backend(cfg.device)
         if cfg.backend == "nccl" and cfg.device != "cuda":
             raise ConfigError("backend='nccl' needs device=cuda; accepted on cpu: gloo, mpi")
         if cfg.local_batch is None:
@@ -255,6 +255,11 @@ def _check_results_dir(cfg) -> None:
 def default_device(launcher: str) -> str:
     """`device: auto`: the GPUs on a cluster launcher (what the study measured), the CPU here."""
     return "cuda" if launcher in CLUSTER_LAUNCHERS else "cpu"
+
+
+def default_backend(device: str) -> str:
+    """`backend: auto`: NCCL on GPUs, Gloo on the CPU."""
+    return "nccl" if device.startswith("cuda") else "gloo"
 
 
 def workers_per_node(cfg) -> int:

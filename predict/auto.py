@@ -20,7 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ddlbench.config import threads_for
+from ddlbench.config import default_backend, default_device, threads_for
 
 from . import cli, network, simulate
 from .network import local_network_name
@@ -60,7 +60,7 @@ def resolve(model: str, workers: int, local_batch: int, net: str, profile_from: 
             threads: int | None = None) -> dict:
     """{method, samples_per_sec, network, dominant, predicted}: the fastest predicted method and
     every method's prediction (a measured CPU profile at `threads`, each worker's share)."""
-    opts = cli.study_opts(run_profile, stack=stack, backend="nccl" if device.startswith("cuda") else "gloo")
+    opts = cli.study_opts(run_profile, stack=stack, backend=default_backend(device))
     prof = prof or cli.load_profile(model, local_batch, None, profile_from, device, threads)
     preds, prof, cluster = cli.predict(model, [workers], net, methods, local_batch, None, opts, explain=workers > 1,
                                        prof=prof)
@@ -89,7 +89,7 @@ def main(argv=None) -> int:
     ap.add_argument("--network", default=None, help="overrides the cluster's network")
     ap.add_argument("--profile-from", default=None, choices=cli.PROFILE_SOURCES,
                     help="default: measured for local and emulated clusters, derived elsewhere")
-    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--device", default=None, help="the run's device (default: the cluster's, as device=auto)")
     a = ap.parse_args(argv)
     try:
         net = network_for(a.cluster, a.link, a.network)
@@ -98,7 +98,8 @@ def main(argv=None) -> int:
         # workers here share this machine's cores (launch.run_env: cores // processes each); the
         # PS methods' servers take a share too, not counted: one profile serves every method
         threads = threads_for(a.workers) if a.cluster in ("local", "emulated") else None
-        choice = resolve(a.model, a.workers, batch, net, source, a.device, a.profile,
+        device = a.device or default_device(a.cluster)  # the launcher a cluster uses has its name
+        choice = resolve(a.model, a.workers, batch, net, source, device, a.profile,
                          stack="study" if a.cluster == "slurm" and a.profile == "study" else "ddlbench", threads=threads)
     except ValueError as exc:
         print(f"auto: error: {exc}", file=sys.stderr)

@@ -48,25 +48,15 @@ class Prediction:
         return rec
 
 
-def default_algorithm(stack: str, backend: str | None = None) -> str:
-    """The all-reduce algorithm a run's stack and backend use: the study's NCCL 2.4.8 rule for
-    `study`; Gloo's ring (gloo/allreduce.cc: an unspecified algorithm is the ring) for `gloo`;
-    else a current NCCL's choice, the faster of ring and tree."""
-    if stack == "study":
-        return "nccl-2.4"
-    return "ring" if backend == "gloo" else "nccl"
-
-
 def study_opts(profile_name: str = "study", stack: str = "study", algorithm: str | None = None,
                backend: str | None = None) -> simulate.Options:
     """Options as the named run profile would run: its ByteScheduler-PS variant; the all-reduce
-    algorithm `algorithm`, by default the one of the stack and backend (`default_algorithm`)."""
+    algorithm `algorithm`, by default the one of the stack and backend (`simulate.default_algorithm`)."""
     import yaml
 
     path = Path(__file__).resolve().parents[1] / "conf" / "profile" / f"{profile_name}.yaml"
     variant = (yaml.safe_load(path.read_text()) or {}).get("bytescheduler_ps", "worker") if path.exists() else "worker"
-    algorithm = algorithm or default_algorithm(stack, backend)
-    return simulate.Options(stack=stack, algorithm=algorithm, bytescheduler_ps=variant)
+    return simulate.Options(stack=stack, algorithm=algorithm, backend=backend, bytescheduler_ps=variant)
 
 
 def model_batch(model: str) -> int:

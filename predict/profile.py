@@ -183,11 +183,11 @@ def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, 
     `warmup`; the momentum-SGD step timed whole and shared by parameter size. Its one-worker
     throughput is its own (batch / compute). On the CPU, `threads`: the intra-op threads one
     worker of the predicted run will have (the launchers share the cores out, config.threads_for),
-    else this process's. Cached per model, batch, device and threads."""
+    else this process's; either way named in the source. Cached per model, batch, device and threads."""
     import torch
 
     dev = torch.device(device)
-    threads = threads if dev.type == "cpu" else None
+    threads = (threads or torch.get_num_threads()) if dev.type == "cpu" else None
     path = CACHE_DIR / f"{model}-b{local_batch}-{device.replace(':', '')}{f'-t{threads}' if threads else ''}-measured.json"
     cached = _read_cached(path) if cache else None
     if cached is not None:

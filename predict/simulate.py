@@ -167,7 +167,8 @@ class Station:
 @dataclass
 class Options:
     stack: str = "study"            # "study": BytePS/Horovod as the study ran them; "ddlbench": this runtime
-    algorithm: str = "nccl"         # all-reduce algorithm, one of network.ALGORITHMS (nccl: the faster of ring, tree)
+    algorithm: str | None = None    # all-reduce algorithm, one of network.ALGORITHMS; None: default_algorithm
+    backend: str | None = None      # the run's backend where known (gloo: its ring)
     bytescheduler_ps: str = "byteps"  # the study's variant (profile=study); "worker": ByteScheduler's queue
     servers: int | None = None      # PS servers; None = one per worker machine (the study)
     server_contention: bool = True  # False: a what-if for `explain`: each server link carries one
@@ -176,12 +177,22 @@ class Options:
     def __post_init__(self):
         if self.stack not in STACKS:
             raise ValueError(f"stack={self.stack!r} is unknown; accepted: {', '.join(STACKS)}")
+        self.algorithm = self.algorithm or default_algorithm(self.stack, self.backend)
         if self.algorithm not in ALGORITHMS:
             raise ValueError(f"algorithm={self.algorithm!r} is unknown; accepted: {', '.join(ALGORITHMS)}")
         from ddlbench.config import BYTESCHEDULER_PS_VARIANTS
 
         if self.bytescheduler_ps not in BYTESCHEDULER_PS_VARIANTS:
             raise ValueError(f"bytescheduler_ps={self.bytescheduler_ps!r} is unknown; accepted: byteps, worker")
+
+
+def default_algorithm(stack: str, backend: str | None = None) -> str:
+    """The all-reduce algorithm a stack and backend run: the study's NCCL 2.4.8 rule for `study`;
+    Gloo's ring (gloo/allreduce.cc: an unspecified algorithm is the ring) for `gloo`; else a
+    current NCCL's choice, the faster of ring and tree."""
+    if stack == "study":
+        return "nccl-2.4"
+    return "ring" if backend == "gloo" else "nccl"
 
 
 class AllReduceComm:

@@ -3,7 +3,7 @@ import pytest
 import yaml
 
 from ddlbench import config, launch
-from ddlbench.predict import auto, cli, network, profile
+from ddlbench.predict import auto, cli, network, profile, simulate
 from ddlbench.predict.network import Cluster, Link
 
 
@@ -85,32 +85,77 @@ def test_the_intra_calibrations_of_the_study_node():
 
 
 def test_measured_profile_of_a_tiny_model(tmp_path, monkeypatch):
+    import torch
+
+    before = torch.get_num_threads()
     monkeypatch.setattr(profile, "CACHE_DIR", tmp_path)
     p = cli.load_profile("tiny-resnet", 2, None, "measured", "cpu")
     assert p.source.startswith("measured") and p.forward_s > 0 and p.backward_s > 0
     assert sorted(p.ready_names) == sorted(p.names) and p.ready_names[0] == p.names[-1]  # backward: last layer first
     assert p.samples_per_sec_1 == pytest.approx(2 / p.compute_s)
-    assert list(tmp_path.glob("tiny-resnet-b2-cpu-measured.json"))  # cached
     assert cli.load_profile("tiny-resnet", 2, 50.0, "measured").samples_per_sec_1 == 50.0  # rescaled on request
-    # at the threads one worker of the run will have (METHOD=auto on CPU: cores // workers)
+    # at the threads one worker of the run will have (METHOD=auto on CPU: cores // workers), and
+    # keyed by them even when left to the process's own setting
     import torch
 
-    before = torch.get_num_threads()
-    one = cli.load_profile("tiny-resnet", 2, None, "measured", "cpu", threads=1)
-    assert "at 1 threads" in one.source and list(tmp_path.glob("tiny-resnet-b2-cpu-t1-measured.json"))
-    assert torch.get_num_threads() == before  # the caller's setting is back
+    seen = []
+    inner = profile._measure
+    monkeypatch.setattr(profile, "_measure", lambda *a: (seen.append(torch.get_num_threads()), inner(*a))[1])
+    torch.set_num_threads(2)
+    try:
+        one = cli.load_profile("tiny-resnet", 2, None, "measured", "cpu", threads=1)
+        assert seen == [1] and torch.get_num_threads() == 2  # measured at 1, the caller's 2 back
+    finally:
+        torch.set_num_threads(before)
+    assert "at 1 threads" in one.source
+    assert {f.name for f in tmp_path.glob("*.json")} == {f"tiny-resnet-b2-cpu-t{before}-measured.json",
+                                                          "tiny-resnet-b2-cpu-t1-measured.json"}
 
 
-def test_each_stack_and_backend_times_the_all_reduce_its_library_runs():
+def test_each_stack_and_backend_times_the_all_reduce_its_library_runs(monkeypatch):
     # the study's NCCL 2.4.8; Gloo's ring (runs here over Gloo were timed as NCCL's best of
     # ring and tree, whose tree latency grows with log2 of the hosts, not with the workers)
     assert cli.study_opts().algorithm == "nccl-2.4"
     assert cli.study_opts("local", "ddlbench", backend="gloo").algorithm == "ring"
     assert cli.study_opts("local", "ddlbench", backend="nccl").algorithm == "nccl"
     assert cli.study_opts("local", "ddlbench", "tree", backend="gloo").algorithm == "tree"  # asked for
+    assert simulate.Options().algorithm == "nccl-2.4"  # one rule, also without study_opts
+    assert simulate.Options(stack="ddlbench").algorithm == "nccl"
     # METHOD=auto on CPU predicts Gloo's ring: on 4 one-GPU hosts of a latency-bound link the ring
     # pays 6 alphas per all-reduce, the tree 4, so WFBP-A2A's prediction drops
     slow = Cluster("slow", intra=None, inter=Link(1e-3, 1e-10), gpus_per_node=1)
     cpu = auto.resolve("tiny-resnet", 4, 4, slow, "derived", prof=toy_profile())
     gpu = auto.resolve("tiny-resnet", 4, 4, slow, "derived", device="cuda", prof=toy_profile())
     assert cpu["predicted"]["wfbp-a2a"] < gpu["predicted"]["wfbp-a2a"]
+    # METHOD=auto on Slurm predicts what the run will be: device auto there is cuda, so NCCL
+    # (the Makefile passes no --device; auto took cpu, hence Gloo's ring, for a GPU run)
+    seen = {}
+    monkeypatch.setattr(auto, "resolve", lambda *a, **k: seen.update(device=a[5]) or {
+        "method": "ddp", "samples_per_sec": 1.0, "network": "100gbib", "dominant": "compute",
+        "profile_source": "x", "predicted": {"ddp": 1.0}})
+    assert auto.main(["--model", "resnet50", "--workers", "8", "--cluster", "slurm", "--network", "100gbib"]) == 0
+    assert seen["device"] == "cuda"
+    assert auto.main(["--model", "tiny-resnet", "--workers", "2", "--cluster", "local", "--network", "loopback"]) == 0
+    assert seen["device"] == "cpu"
+
+
+def test_validation_rescales_a_run_whose_workers_had_fewer_threads(monkeypatch):
+    """benchmarks/predict_validation: a 2-worker CPU run at 1 thread each, calibrated by a
+    one-worker run at 2, is predicted from that run scaled by one worker's measured 1- vs 2-thread
+    throughput; where the threads match, are unknown or mixed, it is not rescaled."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "predict_validation.py"
+    spec = importlib.util.spec_from_file_location("predict_validation", path)
+    pv = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pv)
+    speed = {1: 300.0, 2: 400.0}
+    monkeypatch.setattr(pv.cli, "load_profile", lambda model, batch, x1, source, device, threads:
+                        type("P", (), {"samples_per_sec_1": speed[threads]}))
+    run = {"device": "cpu", "model": "tiny-resnet", "local_batch": 4, "env": {"OMP_NUM_THREADS": "1"}}
+    assert pv.threads_of(run) == 1 and pv.threads_of({"env": {}}) is None
+    assert pv.thread_ratio(run, {2}) == pytest.approx(0.75)
+    assert pv.thread_ratio(run, {1}) == 1.0
+    assert pv.thread_ratio(run, {None}) == 1.0 and pv.thread_ratio(run, {1, 2}) == 1.0
+    assert pv.thread_ratio({**run, "device": "cuda"}, {2}) == 1.0

@@ -75,6 +75,10 @@ def test_nccl_24_tree_threshold_by_hand():
     assert c.nccl24_tree_threshold_bytes(16) == pytest.approx(10_000 * (90 - (30 + 12)))
     assert c.nccl24_tree_threshold_bytes(8) == pytest.approx(10_000 * (42 - (15 + 12)))
     assert c.nccl24_tree_threshold_bytes(4) == 0.0  # one node: always the ring
+    # node counts that are not powers of two: NCCL's log2 counts shifts (6 nodes -> 2), and
+    # ranks per node is an integer division
+    assert c.nccl24_tree_threshold_bytes(24) == pytest.approx(10_000 * (138 - (30 + 12)))  # 6 nodes of 4
+    assert c.nccl24_tree_threshold_bytes(6) == pytest.approx(10_000 * (30 - (15 + 8)))  # 2 nodes: 6 // 2 = 3 each
     # one GPU per node, 2 nodes: ring 6 us vs tree 15 us: the ring's latency is smaller -> 0
     assert node(g=1, inter=Link(5e-6, 2e-9)).nccl24_tree_threshold_bytes(2) == 0.0
 
