@@ -85,7 +85,12 @@ CUDA_ONLY_DEFAULT = textwrap.dedent("""
     control = control_group(2)
     order = torch.tensor([7 if rank == 0 else -1])
     dist.broadcast(order, src=0, group=control)
-    print("order", int(order))
+    print("order", int(order), flush=True)
+    # An orderly end, as the workers have: both ranks done before either tears its groups down
+    # (left to interpreter exit, a rank's c10d threads were once destroyed still joinable in CI:
+    # "terminate called without an active exception", SIGABRT)
+    dist.barrier(group=control)
+    dist.destroy_process_group()
 """)
 
 
