@@ -95,37 +95,15 @@ def record_network(rec: dict) -> str | None:
     return net or None
 
 
-def threads_of(rec: dict) -> int | None:
-    """The intra-op threads each worker of a run had (its recorded OMP_NUM_THREADS)."""
-    t = str((rec.get("env") or {}).get("OMP_NUM_THREADS", ""))
-    return int(t) if t.isdigit() else None
-
-
-def thread_ratio(rec: dict, base_threads: set) -> float:
-    """How much faster one worker computes at the threads each worker of `rec` had than at the
-    one-worker run's (one thread count, recorded): the ratio of one worker's throughput measured
-    here at each (profile.measured). 1 where they match or either is unknown, or off the CPU."""
-    t = threads_of(rec)
-    if rec.get("device") != "cpu" or t is None or len(base_threads) != 1 or None in base_threads:
-        return 1.0
-    (t1,) = base_threads
-    if t == t1:
-        return 1.0
-    at = lambda n: cli.load_profile(rec["model"], rec["local_batch"], None, "measured", "cpu", n).samples_per_sec_1  # noqa: E731
-    return at(t) / at(t1)
-
-
 def local(results: str, local_network: str | None) -> dict:
     """{method: [(predicted, measured)]} over our own records with a known network."""
     from ddlbench.analysis import tables
 
     recs = [r for r in load([results]).records if r.get("status") == "ok" and r.get("samples_per_sec")]
-    base, base_threads = {}, {}
+    base = {}
     for r in recs:
         if r["workers"] == 1:
-            key = (r["model"], r["local_batch"], tables.network_of(r))
-            base.setdefault(key, []).append(r["samples_per_sec"])
-            base_threads.setdefault(key, set()).add(threads_of(r))
+            base.setdefault((r["model"], r["local_batch"], tables.network_of(r)), []).append(r["samples_per_sec"])
     pairs = defaultdict(list)
     for r in recs:
         net = record_network(r) or local_network
@@ -135,7 +113,6 @@ def local(results: str, local_network: str | None) -> dict:
         x1 = statistics.mean(base[key])
         stack_opts = cli.study_opts((r.get("config") or {}).get("profile", {}).get("name", "local"), stack="ddlbench",
                                     backend=r.get("backend"))
-        x1 *= thread_ratio(r, base_threads[key])
         p, _, _ = cli.predict(r["model"], [r["workers"]], net, (r["method"],), r["local_batch"], x1, stack_opts,
                               explain=False)
         pairs[r["method"]].append((p[(r["method"], r["workers"])].samples_per_sec, r["samples_per_sec"]))

@@ -138,24 +138,3 @@ def test_each_stack_and_backend_times_the_all_reduce_its_library_runs(monkeypatc
     assert auto.main(["--model", "tiny-resnet", "--workers", "2", "--cluster", "local", "--network", "loopback"]) == 0
     assert seen["device"] == "cpu"
 
-
-def test_validation_rescales_a_run_whose_workers_had_fewer_threads(monkeypatch):
-    """benchmarks/predict_validation: a 2-worker CPU run at 1 thread each, calibrated by a
-    one-worker run at 2, is predicted from that run scaled by one worker's measured 1- vs 2-thread
-    throughput; where the threads match, are unknown or mixed, it is not rescaled."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "predict_validation.py"
-    spec = importlib.util.spec_from_file_location("predict_validation", path)
-    pv = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(pv)
-    speed = {1: 300.0, 2: 400.0}
-    monkeypatch.setattr(pv.cli, "load_profile", lambda model, batch, x1, source, device, threads:
-                        type("P", (), {"samples_per_sec_1": speed[threads]}))
-    run = {"device": "cpu", "model": "tiny-resnet", "local_batch": 4, "env": {"OMP_NUM_THREADS": "1"}}
-    assert pv.threads_of(run) == 1 and pv.threads_of({"env": {}}) is None
-    assert pv.thread_ratio(run, {2}) == pytest.approx(0.75)
-    assert pv.thread_ratio(run, {1}) == 1.0
-    assert pv.thread_ratio(run, {None}) == 1.0 and pv.thread_ratio(run, {1, 2}) == 1.0
-    assert pv.thread_ratio({**run, "device": "cuda"}, {2}) == 1.0
