@@ -95,8 +95,8 @@ def test_methods_on_two_gpus_are_lossless(tmp_path, method):
 
 @two_gpus
 def test_commbench_nccl_every_collective_correct_on_cuda_tensors(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "ddlbench.commbench", "--results", str(tmp_path), "--backends",
-                           "nccl", "--devices", "cuda", "--workers", "2", "--collectives", ",".join(COLLECTIVES),
+    proc = subprocess.run([sys.executable, "-m", "ddlbench.commbench", "--results", str(tmp_path), "--network-name",
+                           "none", "--backends", "nccl", "--devices", "cuda", "--workers", "2", "--collectives", ",".join(COLLECTIVES),
                            "--dtypes", "fp32,fp16,bf16", "--max-bytes", "1MiB", "--iters", "5", "--mode", "sizes"],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
