@@ -90,11 +90,14 @@ def test_dry_run_prints_the_batch_script_and_submits_nothing(tmp_path):
     assert not any(tmp_path.iterdir()), "a dry run leaves nothing behind"
 
 
-def test_make_dry_run_shows_one_script_per_run_of_the_paper_sweep():
+def test_make_dry_run_shows_one_script_per_run_of_the_paper_sweep(tmp_path):
+    # RESULTS in tmp_path: with the default, Hydra's sweep record (results/multirun/) was left in
+    # the checkout by every make test
     proc = subprocess.run(["make", "-s", "reproduce-paper", "CLUSTER=slurm", "DRY_RUN=1", "PARTITION=gpu",
-                           "EXPERIMENTS=fig4c-bert-large", f"PY={sys.executable}", "-o", f"{REPO}/.venv/.installed"],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+                           "EXPERIMENTS=fig4c-bert-large", f"RESULTS={tmp_path}", f"PY={sys.executable}",
+                           "-o", f"{REPO}/.venv/.installed"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert {p.name for p in tmp_path.iterdir()} <= {"multirun"}  # Hydra's sweep record; no run record
     names = [ln for ln in proc.stdout.splitlines() if ln.startswith("#SBATCH --job-name=")]
     assert len(names) == 7 * 4 + 1  # seven methods x 4/8/16/32 GPUs, and the one-GPU baseline
     assert sum("-bert-large-w32-" in n for n in names) == 7
