@@ -45,6 +45,7 @@ import torch.distributed as dist
 from .ps import Engines, PushPull, receive_plan
 
 PUSH, ACK, PULL, STOP = 0, 1, 2, 3
+_STOP_ALL = object()  # a pusher's mailbox item: send STOP to every server
 
 
 def _header(kind: int, key: int, iteration: int) -> bytes:
@@ -271,21 +272,27 @@ class ZmqPushPull(PushPull):
                 poller.register(d, zmq.POLLIN)
                 poller.register(mon, zmq.POLLIN)
                 monitors[mon] = s
-            stopped = 0
-            while stopped < self.S:
+            server_of = {d: s for s, d in enumerate(dealers)}
+            stopped: set[int] = set()  # servers that answered our STOP: they close, and that is no error
+            while len(stopped) < self.S:
                 for sock, _ in poller.poll(1000):
                     if sock is self._mailbox.rx:
-                        for s, header, payload in self._mailbox.take():
-                            data = memoryview(payload.numpy())
-                            dealers[s].send_multipart([header, data, prove(self._secret, header, data)], copy=False)
+                        for item in self._mailbox.take():
+                            if item is _STOP_ALL:
+                                for d in dealers:
+                                    self._send_now(d, _header(STOP, -1, -1), torch.zeros(1, dtype=torch.uint8))
+                            else:
+                                s, header, payload = item
+                                self._send_now(dealers[s], header, payload)
                     elif sock in monitors:
                         sock.recv_multipart()
-                        raise RuntimeError(f"server {monitors[sock]} ({self.server_addrs[monitors[sock]]}) disconnected")
+                        if monitors[sock] not in stopped:
+                            raise RuntimeError(f"server {monitors[sock]} ({self.server_addrs[monitors[sock]]}) disconnected")
                     else:
                         header, payload = sock.recv_multipart(copy=False)
                         kind, key, _ = _parse(header)
                         if kind == STOP:
-                            stopped += 1
+                            stopped.add(server_of[sock])
                         elif kind == ACK:
                             with self._lock:
                                 h = self._pending.get(key)
@@ -298,9 +305,16 @@ class ZmqPushPull(PushPull):
         except BaseException as exc:  # a dead server: fail every waiter instead of hanging
             self.fail(exc)
 
+    def _send_now(self, dealer, header: bytes, payload: torch.Tensor) -> None:
+        data = memoryview(payload.numpy())
+        dealer.send_multipart([header, data, prove(self._secret, header, data)], copy=False)
+
     def _disconnect(self) -> None:
-        for s in range(self.S):
-            self._mailbox.post((s, _header(STOP, -1, -1), torch.zeros(1, dtype=torch.uint8)))
+        # One item for every server's STOP: posted one by one, a server that had all its STOPs
+        # could answer and close in between, and the I/O thread took that close for a dead
+        # server and ended before sending the next STOP; that server then waited out its
+        # timeout (a CI hang: "no round open; never pushed: none", the workers already gathering).
+        self._mailbox.post(_STOP_ALL)
         for t in self._threads:
             t.join(timeout=self.ctx.comm_timeout_s)
 

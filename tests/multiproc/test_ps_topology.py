@@ -129,14 +129,22 @@ from ddlbench.methods import Context, ps_engine, ps_node
 from ddlbench.trace import NullTracer
 from omegaconf import OmegaConf
 
-wire, delay_s = sys.argv[1], float(sys.argv[2])
+wire, delay_s, servers = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
 rank = int(os.environ["RANK"])
-dist.init_process_group("gloo", rank=rank, world_size=2, timeout=timedelta(seconds=2))
+if rank == 0 and "slow-stop" in sys.argv:  # the worker's thread stalls after each non-push post
+    from ddlbench.methods import ps_zmq
+    post = ps_zmq.Mailbox.post
+    def slow(self, item):
+        post(self, item)
+        if not (isinstance(item, tuple) and ps_zmq._parse(item[1])[0] == ps_zmq.PUSH):
+            time.sleep(1.0)
+    ps_zmq.Mailbox.post = slow
+dist.init_process_group("gloo", rank=rank, world_size=1 + servers, timeout=timedelta(seconds=2))
 startup = dist.new_group(backend="gloo", timeout=timedelta(seconds=60))
 method = OmegaConf.create({"transport": wire, "ps_topology": "per-gpu", "server_engine_threads": 2})
-layout = ps_node.setup(method, 1, 1, 1, 2, 60, startup)  # comm_timeout_s=2, startup_timeout_s=60
+layout = ps_node.setup(method, 1, servers, 1, 2, 60, startup)  # comm_timeout_s=2, startup_timeout_s=60
 engine = ps_engine(method)
-if rank == 1:
+if rank >= 1:
     stats = engine.serve(rank, layout, NullTracer())
     print("served", stats["pushes"], flush=True)
 else:
@@ -161,19 +169,33 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("wire", ["zmq", "gloo"])
-def test_a_server_waits_for_the_first_push_under_the_startup_timeout(tmp_path, wire):
-    """comm_timeout_s is 2 s and the first push comes 5 s after the server is ready."""
+def _startup_job(tmp_path, *args, servers: int = 1):
     import subprocess
 
     script = tmp_path / "job.py"
     script.write_text(STARTUP_JOB)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
-                           "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{_free_port()}", str(script), wire, "5"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={1 + servers}",
+                           "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{_free_port()}", str(script), *args[:2],
+                           str(servers), *args[2:]], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("wire", ["zmq", "gloo"])
+def test_a_server_waits_for_the_first_push_under_the_startup_timeout(tmp_path, wire):
+    """comm_timeout_s is 2 s and the first push comes 5 s after the server is ready."""
+    proc = _startup_job(tmp_path, wire, "5")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     assert "served 3" in proc.stdout and "pulled" in proc.stdout  # 3000 floats: 3 partitions of 4096 bytes
+
+
+def test_every_server_gets_its_stop_when_the_worker_stalls_between_servers(tmp_path):
+    """A worker's STOPs used to be posted one server at a time: with its thread stalled after the
+    first, server 0 (all its STOPs in) answered and closed, the I/O thread took that close for a
+    dead server and ended, and server 1 never got its STOP: it timed out (comm_timeout_s 2 s)
+    while the workers had moved on (a CI hang). Now every STOP leaves together."""
+    proc = _startup_job(tmp_path, "zmq", "0", "slow-stop", servers=2)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("served") == 2 and "pulled" in proc.stdout
 
 
 def test_bytescheduler_ps_per_machine_launches_in_its_node_leaders_order(runs):
