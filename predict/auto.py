@@ -11,8 +11,8 @@ Which network (`network_for`): NETWORK=... if given; CLUSTER=emulated: `emulated
 CLUSTER=local: `local-<hostname>` written by `make commbench` if present, else `loopback`
 (conf/network/loopback.yaml, this project's own commbench fit on its development host; see its
 sources). Which profile: for CLUSTER=local and emulated the one measured here by one worker at
-the threads each worker of the run will have (profile.measured, cached); elsewhere the roofline scaled to the study's one-GPU row. Runs here
-are this project's runtime, so the stack is "ddlbench".
+the threads each worker of the run will have (profile.measured, cached); elsewhere the roofline
+scaled to the study's one-GPU row. Runs here are this project's runtime, so the stack is "ddlbench".
 """
 from __future__ import annotations
 
@@ -45,14 +45,8 @@ def network_for(cluster: str, link: str | None = None, override: str | None = No
 
 def run_local_batch(model: str, run_profile: str) -> int:
     """The local batch a run would use: the run profile's override, else the model's."""
-    import yaml
-
-    path = Path(__file__).resolve().parents[1] / "conf" / "profile" / f"{run_profile}.yaml"
-    if path.exists():
-        batch = (yaml.safe_load(path.read_text()) or {}).get("local_batch")
-        if batch:
-            return int(batch)
-    return cli.model_batch(model)
+    batch = cli.run_profile_settings(run_profile).get("local_batch")
+    return int(batch) if batch else cli.model_batch(model)
 
 
 def resolve(model: str, workers: int, local_batch: int, net: str, profile_from: str, device: str = "cpu",

@@ -14,6 +14,7 @@ Inputs and their sources, each recorded in every line:
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,14 +49,22 @@ class Prediction:
         return rec
 
 
+@functools.lru_cache(maxsize=None)
+def run_profile_settings(name: str) -> dict:
+    """conf/profile/<name>.yaml (read once per process; {} where there is none)."""
+    import yaml
+
+    from ddlbench.config import conf_dir
+
+    path = conf_dir() / "profile" / f"{name}.yaml"
+    return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+
+
 def study_opts(profile_name: str = "study", stack: str = "study", algorithm: str | None = None,
                backend: str | None = None) -> simulate.Options:
     """Options as the named run profile would run: its ByteScheduler-PS variant; the all-reduce
     algorithm `algorithm`, by default the one of the stack and backend (`simulate.default_algorithm`)."""
-    import yaml
-
-    path = Path(__file__).resolve().parents[1] / "conf" / "profile" / f"{profile_name}.yaml"
-    variant = (yaml.safe_load(path.read_text()) or {}).get("bytescheduler_ps", "worker") if path.exists() else "worker"
+    variant = run_profile_settings(profile_name).get("bytescheduler_ps", "worker")
     return simulate.Options(stack=stack, algorithm=algorithm, backend=backend, bytescheduler_ps=variant)
 
 
