@@ -11,7 +11,8 @@ Which network (`network_for`): NETWORK=... if given; CLUSTER=emulated: `emulated
 CLUSTER=local: `local-<hostname>` written by `make commbench` if present, else `loopback`
 (conf/network/loopback.yaml, this project's own commbench fit on its development host; see its
 sources). Which profile: for CLUSTER=local and emulated the one measured here by one worker at
-the threads each worker of the run will have (profile.measured, cached); elsewhere the roofline
+the threads each worker of the run will have, beside the run's other workers each running the
+same step on this machine's cores (profile.measured, sharers; cached); elsewhere the roofline
 scaled to the study's one-GPU row. Runs here are this project's runtime, so the stack is "ddlbench".
 """
 from __future__ import annotations
@@ -51,11 +52,12 @@ def run_local_batch(model: str, run_profile: str) -> int:
 
 def resolve(model: str, workers: int, local_batch: int, net: str, profile_from: str, device: str = "cpu",
             run_profile: str = "local", stack: str = "ddlbench", methods=simulate.METHODS, prof=None,
-            threads: int | None = None) -> dict:
+            threads: int | None = None, sharers: int = 1) -> dict:
     """{method, samples_per_sec, network, dominant, predicted}: the fastest predicted method and
-    every method's prediction (a measured CPU profile at `threads`, each worker's share)."""
+    every method's prediction (a measured CPU profile at `threads`, each worker's share, beside
+    `sharers - 1` other workers on this machine's cores)."""
     opts = cli.study_opts(run_profile, stack=stack, backend=default_backend(device))
-    prof = prof or cli.load_profile(model, local_batch, None, profile_from, device, threads)
+    prof = prof or cli.load_profile(model, local_batch, None, profile_from, device, threads, sharers)
     preds, prof, cluster = cli.predict(model, [workers], net, methods, local_batch, None, opts, explain=workers > 1,
                                        prof=prof)
     best = cli.fastest(preds, workers)
@@ -89,12 +91,17 @@ def main(argv=None) -> int:
         net = network_for(a.cluster, a.link, a.network)
         source = a.profile_from or ("derived" if a.cluster == "slurm" else "measured")
         batch = a.local_batch or run_local_batch(a.model, a.profile)
-        # workers here share this machine's cores (launch.run_env: cores // processes each); the
-        # PS methods' servers take a share too, not counted: one profile serves every method
-        threads = threads_for(a.workers) if a.cluster in ("local", "emulated") else None
+        # workers here share this machine's cores (launch.run_env: cores // processes each, and
+        # the emulated hosts are namespaces of this machine): the profile is measured beside the
+        # other workers; the PS methods' servers take a share too, not counted: one profile serves
+        # every method
+        here = a.cluster in ("local", "emulated")
+        threads = threads_for(a.workers) if here else None
         device = a.device or default_device(a.cluster)  # the launcher a cluster uses has its name
+        sharers = a.workers if here and device == "cpu" and source == "measured" else 1
         choice = resolve(a.model, a.workers, batch, net, source, device, a.profile,
-                         stack="study" if a.cluster == "slurm" and a.profile == "study" else "ddlbench", threads=threads)
+                         stack="study" if a.cluster == "slurm" and a.profile == "study" else "ddlbench", threads=threads,
+                         sharers=sharers)
     except ValueError as exc:
         print(f"auto: error: {exc}", file=sys.stderr)
         return 2

@@ -84,12 +84,13 @@ PROFILE_SOURCES = ("derived", "measured")
 
 
 def load_profile(model: str, local_batch: int, one_worker: float | None, source: str = "derived",
-                 device: str = "cpu", threads: int | None = None) -> profile.Profile:
+                 device: str = "cpu", threads: int | None = None, sharers: int = 1) -> profile.Profile:
     """derived: the roofline scaled to `one_worker` (default: the study's published one-GPU row);
-    measured: one worker's hooks on `device` (here; on the CPU at `threads` intra-op threads),
-    rescaled to `one_worker` only if stated."""
+    measured: one worker's hooks on `device` (here; on the CPU at `threads` intra-op threads,
+    beside `sharers - 1` others running the same step: profile.measured), rescaled to
+    `one_worker` only if stated."""
     if source == "measured":
-        prof = profile.measured(model, local_batch, device, threads=threads)
+        prof = profile.measured(model, local_batch, device, threads=threads, sharers=sharers)
         return prof if one_worker is None else prof.scaled(one_worker, f"{prof.source}, scaled to {one_worker:g} samples/s")
     if source != "derived":
         raise ValueError(f"profile source {source!r} is unknown; accepted: {', '.join(PROFILE_SOURCES)}")

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import csv
 import json
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -175,20 +176,34 @@ def _hooked_pass(model: str, w, batch, now) -> "Profile":
                    [0.0] * len(named), "roofline", 0.0)
 
 
+SHARED_WINDOW_S = 3.0      # measuring beside neighbours: at least this long (hundreds of scheduler slices)
+NEIGHBOUR_START_S = 300.0  # a neighbour builds its model and runs two steps within this, or the measurement fails
+
+
 def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, warmup: int = 2,
-             cache: bool = True, threads: int | None = None) -> Profile:
+             cache: bool = True, threads: int | None = None, sharers: int = 1) -> Profile:
     """The profile measured on `device` by one worker (PROFILE_FROM=measured): forward and backward
     per layer from the hooks of `_hooked_pass` on the wall clock (CUDA synchronised at every
     reading on a GPU, as the study's MG-WFBP profiler did), the median of `iters` passes after
     `warmup`; the momentum-SGD step timed whole and shared by parameter size. Its one-worker
     throughput is its own (batch / compute). On the CPU, `threads`: the intra-op threads one
     worker of the predicted run will have (the launchers share the cores out, config.threads_for),
-    else this process's; either way named in the source. Cached per model, batch, device and threads."""
+    else this process's; `sharers`: the workers of that run on this machine's cores (CLUSTER=local
+    and emulated: all of them), so `sharers - 1` other processes run the same training step at the
+    same threads while this one measures: the device one worker of that run gets, which two
+    workers on two cores halve even at one thread each (memory, caches: tiny-resnet here runs
+    forward+backward in ~10 ms alone, ~18 ms beside a second copy). No communication runs: it
+    is a one-worker profile on a shared machine, not a multi-worker result. Both are named in the
+    source. Cached per model, batch, device, threads and sharers."""
     import torch
 
     dev = torch.device(device)
+    if sharers < 1 or (sharers > 1 and dev.type != "cpu"):
+        raise ValueError(f"sharers={sharers!r} is invalid for device {device!r}; accepted: 1, or >= 1 on the cpu "
+                         f"(a GPU worker has its own device)")
     threads = (threads or torch.get_num_threads()) if dev.type == "cpu" else None
-    path = CACHE_DIR / f"{model}-b{local_batch}-{device.replace(':', '')}{f'-t{threads}' if threads else ''}-measured.json"
+    key = f"{f'-t{threads}' if threads else ''}{f'-s{sharers}' if sharers > 1 else ''}"
+    path = CACHE_DIR / f"{model}-b{local_batch}-{device.replace(':', '')}{key}-measured.json"
     cached = _read_cached(path) if cache else None
     if cached is not None:
         return cached
@@ -196,25 +211,90 @@ def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, 
     if threads:
         torch.set_num_threads(threads)
     try:
-        out = _measure(model, local_batch, dev, iters, warmup)
+        with _neighbours(model, local_batch, threads, sharers - 1):
+            out, mean_s = _measure(model, local_batch, dev, iters, warmup, SHARED_WINDOW_S if sharers > 1 else 0.0)
     finally:
         torch.set_num_threads(before)
-    out.source = f"measured: one worker on {device}{f' at {threads} threads' if threads else ''}, hooks, " \
-                 f"median of {iters} iterations"
+    what = f"median of {iters} iterations"
+    if sharers > 1:
+        # the scheduler time-slices more processes than cores: an iteration is either untouched or
+        # waits out others' slices, so the throughput is the mean over a window many slices long
+        out = out.scaled(local_batch / mean_s, "")
+        what = f"per-layer medians scaled to the mean iteration over >= {SHARED_WINDOW_S:g} s, beside {sharers - 1} " \
+               f"more worker(s) running the same step on this machine's cores"
+    out.source = f"measured: one worker on {device}{f' at {threads} threads' if threads else ''}, hooks, {what}"
     if cache:
         _write_cached(path, out)
     return out
 
 
-def _measure(model: str, local_batch: int, dev, iters: int, warmup: int) -> Profile:
-    import statistics
-    import time
+@contextmanager
+def _neighbours(model: str, local_batch: int, threads: int | None, n: int):
+    """`n` processes, each training `model` at `threads` threads in a loop, from the moment each
+    has run two steps (warm) until the block ends; none when n = 0."""
+    if n < 1:
+        yield
+        return
+    import multiprocessing as mp
 
+    ctx = mp.get_context("spawn")
+    ready, stop = ctx.Semaphore(0), ctx.Event()
+    procs = [ctx.Process(target=_neighbour, args=(model, local_batch, threads, ready, stop), daemon=True)
+             for _ in range(n)]
+    for proc in procs:
+        proc.start()
+    try:
+        for _ in procs:
+            if not ready.acquire(timeout=NEIGHBOUR_START_S):
+                dead = [p.exitcode for p in procs if p.exitcode is not None]
+                raise RuntimeError(f"profile: {n} neighbour worker(s) of {model} not running after "
+                                   f"{NEIGHBOUR_START_S:.0f} s (exit codes {dead or 'none yet'})")
+        yield
+    finally:
+        stop.set()
+        for proc in procs:
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+
+
+def _neighbour(model: str, local_batch: int, threads: int | None, ready, stop) -> None:
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    w, opt = _workload(model, local_batch, torch.device("cpu"))
+    it = 0
+    while not stop.is_set():
+        opt.zero_grad(set_to_none=True)
+        w.loss(w.model, w.make_batch(0, 0, it, torch.device("cpu"))).backward()
+        opt.step()
+        it += 1
+        if it == 2:
+            ready.release()
+
+
+def _workload(model: str, local_batch: int, dev):
+    """The model of conf/model/<model>.yaml on `dev` and its momentum-SGD optimizer."""
     import torch
     from omegaconf import OmegaConf
 
     from ddlbench import models
     from ddlbench.config import conf_dir
+
+    w = models.build(OmegaConf.load(conf_dir() / "model" / f"{model}.yaml"), local_batch, seed=0)
+    w.model.to(dev)
+    return w, torch.optim.SGD(w.model.parameters(), lr=0.01, momentum=0.9)
+
+
+def _measure(model: str, local_batch: int, dev, iters: int, warmup: int, min_window_s: float = 0.0):
+    """(profile of per-layer medians, mean iteration wall time) over at least `iters` iterations
+    after `warmup` and at least `min_window_s` seconds."""
+    import statistics
+    import time
+
+    import torch
 
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
 
@@ -222,19 +302,22 @@ def _measure(model: str, local_batch: int, dev, iters: int, warmup: int) -> Prof
         sync()
         return time.perf_counter()
 
-    w = models.build(OmegaConf.load(conf_dir() / "model" / f"{model}.yaml"), local_batch, seed=0)
-    w.model.to(dev)
-    opt = torch.optim.SGD(w.model.parameters(), lr=0.01, momentum=0.9)
-    runs, steps = [], []
-    for it in range(warmup + iters):
+    w, opt = _workload(model, local_batch, dev)
+    runs, steps, whole = [], [], []
+    it, since = 0, None
+    while it < warmup + iters or now() - since < min_window_s:
         batch = w.make_batch(0, 0, it, dev)
+        start = now()
         opt.zero_grad(set_to_none=True)
         p = _hooked_pass(model, w, batch, now)
         t = now()
         opt.step()
         if it >= warmup:
+            since = since or start
             runs.append(p)
             steps.append(now() - t)
+            whole.append(now() - start)
+        it += 1
     mid = statistics.median
     first, total = runs[0], sum(runs[0].numels)
     step_s = mid(steps)
@@ -244,7 +327,7 @@ def _measure(model: str, local_batch: int, dev, iters: int, warmup: int) -> Prof
                   mid([r.forward_s for r in runs]), mid([r.backward_s for r in runs]),
                   [step_s * n / total for n in first.numels], "measured", 0.0)
     out.samples_per_sec_1 = local_batch / out.compute_s
-    return out
+    return out, statistics.mean(whole)
 
 
 def derived(model: str, local_batch: int, samples_per_sec_1: float, cache: bool = True) -> Profile:

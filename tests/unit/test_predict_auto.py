@@ -112,6 +112,37 @@ def test_measured_profile_of_a_tiny_model(tmp_path, monkeypatch):
                                                           "tiny-resnet-b2-cpu-t1-measured.json"}
 
 
+def test_measured_profile_of_a_worker_sharing_the_machine(tmp_path, monkeypatch):
+    """METHOD=auto on CPU: W workers share this machine's cores, so the profile is measured while
+    W-1 other processes run the same training step (no communication); they run during the
+    measurement and are gone after it. (That two copies slow each other down is a fact of the
+    machine, not asserted here: the benchmark predict_validation reports it.)"""
+    import multiprocessing
+
+    monkeypatch.setattr(profile, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(profile, "SHARED_WINDOW_S", 0.2)
+    alive = []
+    inner = profile._measure
+    monkeypatch.setattr(profile, "_measure", lambda *a: (alive.append(
+        sum(c.is_alive() for c in multiprocessing.active_children())), inner(*a))[1])
+    p = cli.load_profile("tiny-resnet", 2, None, "measured", "cpu", threads=1, sharers=3)
+    assert alive == [2] and not multiprocessing.active_children()
+    assert "beside 2 more worker(s)" in p.source and p.samples_per_sec_1 == pytest.approx(2 / p.compute_s)
+    assert (tmp_path / "tiny-resnet-b2-cpu-t1-s3-measured.json").exists()
+    for bad, device in ((0, "cpu"), (2, "cuda")):
+        with pytest.raises(ValueError, match=f"sharers={bad}.*accepted"):
+            profile.measured("tiny-resnet", 2, device, sharers=bad, cache=False)
+    # auto on the local and emulated clusters asks for the run's workers as sharers; not on Slurm
+    seen = {}
+    monkeypatch.setattr(auto, "resolve", lambda *a, **k: seen.update(k) or {
+        "method": "ddp", "samples_per_sec": 1.0, "network": "loopback", "dominant": "compute",
+        "profile_source": "x", "predicted": {"ddp": 1.0}})
+    assert auto.main(["--model", "tiny-resnet", "--workers", "3", "--cluster", "local", "--network", "loopback"]) == 0
+    assert seen["sharers"] == 3
+    assert auto.main(["--model", "resnet50", "--workers", "8", "--cluster", "slurm", "--network", "100gbib"]) == 0
+    assert seen["sharers"] == 1
+
+
 def test_each_stack_and_backend_times_the_all_reduce_its_library_runs(monkeypatch):
     # the study's NCCL 2.4.8; Gloo's ring (runs here over Gloo were timed as NCCL's best of
     # ring and tree, whose tree latency grows with log2 of the hosts, not with the workers)
