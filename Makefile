@@ -170,6 +170,8 @@ bench-emulated: install
 	$(PY) -m ddlbench.analysis.summary $(RESULTS)/emulated
 
 # Communication backends: collectives x sizes x dtypes x backends x 2..N workers (seeds 000-003).
+# LINK=<tc rate>: each job across emulated hosts, one worker per host (root), as from several
+# nodes; the fit is written as conf/network/emulated-<LINK>.yaml, which the predictor then uses.
 CB_WORKERS  := $(if $(filter command line,$(origin WORKERS)),$(WORKERS),3)
 BACKENDS    ?= auto
 COLLECTIVES ?= all_reduce
@@ -178,7 +180,8 @@ MAX_BYTES   ?= 64MiB
 CB_MODE     ?= sizes,groups,fusion
 commbench: install
 	$(PY) -m ddlbench.commbench --workers $(CB_WORKERS) --backends $(BACKENDS) --collectives $(COLLECTIVES) \
-		--dtypes $(DTYPES) --max-bytes $(MAX_BYTES) $(if $(ITERS),--iters $(ITERS)) --mode $(CB_MODE) --results $(RESULTS)
+		--dtypes $(DTYPES) --max-bytes $(MAX_BYTES) $(if $(ITERS),--iters $(ITERS)) --mode $(CB_MODE) --results $(RESULTS) \
+		$(if $(LINK),--link $(LINK))
 
 clean:
 	rm -rf $(VENV) .pytest_cache

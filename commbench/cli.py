@@ -3,6 +3,7 @@ draw the plots and recommend a backend per size range. --help lists the options.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -18,6 +19,7 @@ from ddlbench.commbench.collectives import COLLECTIVES, DTYPES
 
 DEVICES = ("cpu", "cuda")
 MODES = ("sizes", "groups", "fusion")
+ACROSS_HOSTS = ("gloo", "nccl", "mpi", "ucc")  # torch.distributed backends: a torchrun per emulated host
 
 
 class BadInput(ValueError):
@@ -67,6 +69,10 @@ def parse(argv) -> argparse.Namespace:
     ap.add_argument("--network-name", default=None,
                     help="write conf/network/NAME.yaml from the 2-worker all-reduce (default local-<hostname>; 'none': do not)")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds one job may take")
+    ap.add_argument("--link", default=None,
+                    help="run each job across hosts of an emulated cluster (one worker per host, links shaped "
+                         "to this tc rate, e.g. 1gbit; root), as from several nodes; the network config is "
+                         "then emulated-LINK")
     a = ap.parse_args(argv)
     a.collectives = _list(a.collectives, tuple(COLLECTIVES), "collective")
     a.dtypes = _list(a.dtypes, tuple(DTYPES), "dtype")
@@ -88,6 +94,17 @@ def parse(argv) -> argparse.Namespace:
     if not a.workers or min(a.workers) < 2:
         raise BadInput(f"workers={counts} is invalid; accepted: N >= 2 (collectives need two workers)")
     a.backends = resolve_backends(a)
+    if a.link is not None:
+        from ddlbench.launch.netns import BadSetting, check_rate
+
+        try:
+            check_rate(a.link, "link")
+        except BadSetting as exc:
+            raise BadInput(str(exc)) from None
+        other = [b for b, _, _ in a.backends if b not in ACROSS_HOSTS]
+        if other:
+            raise BadInput(f"backends {','.join(other)} with --link={a.link}: each host's rank starts under torchrun; "
+                           f"accepted: {', '.join(ACROSS_HOSTS)}")
     return a
 
 
@@ -120,13 +137,19 @@ def resolve_backends(a) -> list[tuple[str, str, str | None]]:
     return unique
 
 
-def launch(backend: str, device: str, workers: int, spec: dict, timeout: float) -> list[dict]:
+def launch(backend: str, device: str, workers: int, spec: dict, timeout: float, cluster=None) -> list[dict]:
+    """One job of `workers` ranks: on this host, or with `cluster` (an emulated cluster that is
+    up) one rank on each of its first `workers` hosts, rendezvous at the first, as torchrun runs
+    on several nodes."""
     with tempfile.TemporaryDirectory() as tmp:
         spec = {**spec, "backend": backend, "device": device, "out": f"{tmp}/rows.jsonl",
                 "torch_backend": backend}
         Path(f"{tmp}/spec.json").write_text(json.dumps(spec))
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
         target = ["-m", "ddlbench.commbench.worker", f"{tmp}/spec.json"]
+        if cluster is not None:
+            rc = run_jobs(across_hosts(cluster, workers, target, env), timeout)
+            return _rows(spec, rc, backend, workers, timeout, env)
         if backend == "mpi4py":
             cmd = [mpiexec(), "-n", str(workers), sys.executable, *target]
         elif backend == "horovod":
@@ -140,34 +163,62 @@ def launch(backend: str, device: str, workers: int, spec: dict, timeout: float) 
             from ddlbench.launch.local import torchrun
 
             cmd = torchrun(workers, target)
-        rc = run_job(cmd, env, timeout)
-        rows = [json.loads(line) for line in Path(spec["out"]).read_text().splitlines()] if Path(spec["out"]).exists() else []
-        if rc is None:
-            rows = [{"error": f"{backend} x{workers} job timed out after {timeout:g} s (--timeout); every process "
-                              "of it was killed"}]
-        elif rc != 0 and not rows:
-            rows = [{"error": f"{backend} x{workers} job exited with {rc}"}]
-        return [{**r, "env": record.env_knobs(env)} for r in rows]  # the knobs this job ran with
+        return _rows(spec, run_jobs([(cmd, env)], timeout), backend, workers, timeout, env)
 
 
-def run_job(cmd: list[str], env: dict, timeout_s: float) -> int | None:
-    """Run one job (torchrun, mpiexec or horovodrun and their ranks) in a process group of its
-    own; its exit code, or None when it ran past `timeout_s`. Whatever ends the wait (the
-    timeout, Ctrl-C, an error), the whole group is killed: killing the launcher alone would
-    leave its ranks running."""
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, start_new_session=True,
-                            stderr=None if sys.stderr.isatty() else subprocess.DEVNULL)
+def _rows(spec: dict, rc: int | None, backend: str, workers: int, timeout: float, env: dict) -> list[dict]:
+    rows = [json.loads(line) for line in Path(spec["out"]).read_text().splitlines()] if Path(spec["out"]).exists() else []
+    if rc is None:
+        rows = [{"error": f"{backend} x{workers} job timed out after {timeout:g} s (--timeout); every process "
+                          "of it was killed"}]
+    elif rc != 0 and not rows:
+        rows = [{"error": f"{backend} x{workers} job exited with {rc}"}]
+    return [{**r, "env": record.env_knobs(env)} for r in rows]  # the knobs this job ran with
+
+
+def across_hosts(cluster, workers: int, target: list[str], env: dict) -> list[tuple[list[str], dict]]:
+    """(command, environment) per host: torchrun with one process, node rank i of `workers`,
+    inside host i's namespaces, its rank on the host's shaped interface."""
+    import random
+
+    from ddlbench.launch.local import torchrun
+
+    if workers > len(cluster.hosts):
+        raise BadInput(f"workers={workers} needs {workers} emulated hosts; the cluster has {len(cluster.hosts)}")
+    port = random.randrange(20000, 60000)  # host 0's namespace has its own port space
+    first = cluster.hosts[0].address
+    return [([*h.exec_prefix(), *torchrun(1, target, (f"--nnodes={workers}", f"--node-rank={i}",
+                                                      f"--master-addr={first}", f"--master-port={port}"))],
+             {**env, **h.env()}) for i, h in enumerate(cluster.hosts[:workers])]
+
+
+def run_jobs(jobs: list[tuple[list[str], dict]], timeout_s: float) -> int | None:
+    """Run one job's launchers (torchrun, mpiexec or horovodrun and their ranks; one per host
+    across emulated hosts), each in a process group of its own; the first non-zero exit code (0
+    if none), or None when they ran past `timeout_s`. Whatever ends the wait (the timeout, a
+    failed host, Ctrl-C, an error), every group is killed: killing a launcher alone would leave
+    its ranks running, and a host whose peer died would wait for it."""
+    err = None if sys.stderr.isatty() else subprocess.DEVNULL
+    procs = []
+    deadline = time.monotonic() + timeout_s
     try:
-        return proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return None
+        for cmd, env in jobs:
+            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, start_new_session=True, stderr=err))
+        while None in (codes := [p.poll() for p in procs]):
+            if time.monotonic() > deadline:
+                return None
+            if any(c not in (None, 0) for c in codes):
+                break
+            time.sleep(0.2)
+        return next((p.returncode for p in procs if p.returncode not in (None, 0)), 0)
     finally:
-        if proc.returncode is None:  # not reaped yet, so its pid still names its group
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
+        for proc in procs:
+            if proc.returncode is None:  # not reaped yet, so its pid still names its group
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
 
 
 def main(argv=None) -> int:
@@ -182,7 +233,47 @@ def main(argv=None) -> int:
             "factor": a.factor, "iters": a.iters, "warmup": a.warmup, "group_bytes": a.group_bytes,
             "fusion_models": a.fusion_models.split(","), "fusion_iters": a.fusion_iters, "fusion_warmup": 2}
     t0 = time.monotonic()
+    try:
+        with _hosts(a) as cluster:
+            new = _measure_all(a, spec, base, cluster)
+    except BadInput as exc:
+        print(f"commbench: error: {exc}", file=sys.stderr)
+        return 2
+    from ddlbench.commbench import report
+
+    print(report.render(new))
+    print(report.plots(new, Path(a.results) / "commbench"))
+    print(f"\n{len(new)} records written under {out_dir} in {time.monotonic() - t0:.0f} s")
+    name = a.network_name or (f"emulated-{a.link}" if a.link else None)
+    write_network(new, name, out_dir, f"make commbench LINK={a.link} (emulated hosts)" if a.link else "make commbench")
+    return 1 if any("error" in r for r in new) else 0
+
+
+@contextlib.contextmanager
+def _hosts(a):
+    """The emulated cluster for --link (brought up for this invocation and removed after; an
+    interactive `make cluster-up` one is used as it is if it fits), else none."""
+    if a.link is None:
+        yield None
+        return
+    from ddlbench.launch.emulated import _cluster
+    from ddlbench.launch.netns import NetnsError
+
+    try:
+        ctx = _cluster(max(a.workers + ([4] if "groups" in a.modes else [])), a.link, None)  # groups: 2 and 4 at least
+        cluster = ctx.__enter__()
+    except NetnsError as exc:
+        raise BadInput(f"--link={a.link}: {exc}") from None
+    try:
+        yield cluster
+    finally:
+        ctx.__exit__(None, None, None)
+
+
+def _measure_all(a, spec: dict, base: dict, cluster) -> list[dict]:
     new = []
+    where = {} if cluster is None else {"network": {"emulated": True, "link": a.link,
+                                                     "hosts": [h.hostname for h in cluster.hosts]}}
     for mode in a.modes:
         # seed 002 pairs ranks: even worker counts, 2 and 4 at least
         counts = list(range(2, max(4, max(a.workers)) + 1, 2)) if mode == "groups" else a.workers
@@ -191,21 +282,16 @@ def main(argv=None) -> int:
                 continue  # the seeds' experiments are about torch.distributed process groups
             for w in counts:
                 print(f"[commbench] {mode}: {backend} on {device}, {w} workers", flush=True)
-                rows = launch(backend, device, w, {**spec, "mode": mode}, a.timeout)
-                rows = [{**base, "backend": backend, "fallback_from": fallback_from, "mode": mode, **r} for r in rows]
+                rows = launch(backend, device, w, {**spec, "mode": mode}, a.timeout, cluster)
+                rows = [{**base, "backend": backend, "fallback_from": fallback_from, "mode": mode, **where, **r}
+                        for r in rows]
                 if rows:
                     record.write_rows(a.results, rows)  # each step lands whole, no lock needed
                 new += rows
-    from ddlbench.commbench import report
-
-    print(report.render(new))
-    print(report.plots(new, Path(a.results) / "commbench"))
-    print(f"\n{len(new)} records written under {out_dir} in {time.monotonic() - t0:.0f} s")
-    write_network(new, a.network_name, out_dir)
-    return 1 if any("error" in r for r in new) else 0
+    return new
 
 
-def write_network(rows: list[dict], name: str | None, data_path: Path) -> Path | None:
+def write_network(rows: list[dict], name: str | None, data_path: Path, how: str = "make commbench") -> Path | None:
     """The predictor's network config for this machine from this invocation's 2-worker
     all-reduce records (predict.network.commbench_network), if they include any."""
     from ddlbench.predict import auto, network
@@ -214,7 +300,7 @@ def write_network(rows: list[dict], name: str | None, data_path: Path) -> Path |
         return None
     name = name or auto.local_network_name()
     try:
-        spec = network.commbench_network(rows, name, f"make commbench, {data_path} at {record.now_iso()}")
+        spec = network.commbench_network(rows, name, f"{how}, {data_path} at {record.now_iso()}")
     except ValueError as exc:
         print(f"commbench: no network config written: {exc}", file=sys.stderr)
         return None

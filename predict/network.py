@@ -248,10 +248,13 @@ EMULATED = "emulated-"
 
 
 def emulated_spec(rate: str, directory: Path | None = None) -> dict:
-    """The emulated cluster at any tc rate (`emulated-300mbit`): one CPU worker per host, links
-    at the shaped rate, and the per-message cost of the software stack on this machine, which
-    the namespaces do not change (no netem: no added delay): the alpha of `loopback` (or of the
-    user's own commbench fit, `local-<hostname>`, where one exists), per link."""
+    """The emulated cluster at any tc rate (`emulated-300mbit`) when nobody measured it: one CPU
+    worker per host, links at the shaped rate, and the per-message cost of the software stack on
+    this machine (no netem: no added delay): the alpha of `loopback` (or of the user's own
+    commbench fit, `local-<hostname>`, where one exists), per link. That underestimates it: two
+    hosts' all-reduce costs more than loopback's (0.9 against 0.3 ms per small one here: the
+    veth pairs, tbf and bridge on the same cores). `make commbench LINK=<rate>` measures it
+    across the hosts and writes conf/network/emulated-<rate>.yaml, which `load` reads first."""
     from ddlbench.launch.netns import BadSetting, check_rate
 
     try:
@@ -300,7 +303,10 @@ def load(name: str, directory: Path | None = None) -> Cluster:
 def commbench_network(rows: list[dict], name: str, source: str, backend: str | None = None) -> dict:
     """A network config (as written to conf/network/<name>.yaml) fitted from commbench's records:
     the 2-worker fp32 all-reduce of the `sizes` mode, one backend (`backend`, else the one with
-    the most sizes), the median over repeated records of each size's median time; t = a + b n
+    the most sizes), the median over repeated records of each size's mean time (a method pays
+    every all-reduce of its stream, the slow tail a shared machine gives included: two emulated
+    hosts here took 0.4-0.8 ms at the median and 0.9-2.2 ms on average for the same small
+    all-reduce, and a burst of 29 of them, as WFBP sends, 1.1-2.4 ms each); t = a + b n
     fitted by the predictor's fit (methods.mgwfbp.fit_alpha_beta: least relative squares, a, b
     >= 0), kept as a 2-rank all-reduce (per link: alpha = a / 2, beta = b). One worker per node:
     every worker of a local run is its own endpoint on the measured path. The data it came from
@@ -310,7 +316,7 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
     from ddlbench.methods.mgwfbp import fit_alpha_beta
 
     usable = [r for r in rows if r.get("mode", "sizes") == "sizes" and r.get("collective") == "all_reduce"
-              and r.get("dtype") == "fp32" and r.get("workers") == 2 and r.get("time_us_p50")
+              and r.get("dtype") == "fp32" and r.get("workers") == 2 and r.get("time_us")
               and not r.get("wrong") and "error" not in r]
     backends = sorted({r.get("backend") for r in usable}, key=lambda b: -sum(r.get("backend") == b for r in usable))
     if backend is None and backends:
@@ -318,7 +324,7 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
     usable = [r for r in usable if r.get("backend") == backend]
     by_size: dict[int, list[float]] = {}
     for r in usable:
-        by_size.setdefault(int(r["bytes"]), []).append(float(r["time_us_p50"]) * 1e-6)
+        by_size.setdefault(int(r["bytes"]), []).append(float(r["time_us"]) * 1e-6)
     if len(by_size) < 2:
         raise ValueError(f"commbench records give {len(by_size)} all-reduce sizes at 2 workers (fp32, backend "
                          f"{backend!r}); accepted: at least 2 (run make commbench WORKERS=2)")

@@ -17,6 +17,8 @@ from ddlbench.commbench.cli import BadInput, parse
         (["--backends", "nccl"], ["nccl", "CUDA"]),
         (["--devices", "cuda"], ["cuda", "no CUDA GPU"]),
         (["--workers", "1"], ["workers", "N >= 2"]),
+        (["--link", "fast"], ["'fast'", "link"]),
+        (["--link", "1gbit", "--backends", "mpi4py"], ["mpi4py", "--link=1gbit", "accepted: gloo"]),
     ],
 )
 def test_bad_input_is_a_clear_error(args, words):

@@ -171,18 +171,29 @@ def test_a_termination_signal_is_raised_once_as_an_interrupt():
 def test_commbench_timeout_kills_the_launchers_whole_process_group(tmp_path):
     """The job's launcher (here a shell) and its child (a rank) both go at the timeout: killing
     only the launcher, as subprocess.run does, left the rank running."""
-    from ddlbench.commbench.cli import run_job
+    from ddlbench.commbench.cli import run_jobs
 
     marker = tmp_path / "rank-pid"
     script = f"{sys.executable} -c 'import os, time; open(\"{marker}\", \"w\").write(str(os.getpid())); " \
              f"time.sleep(120)' & wait"
     t0 = time.monotonic()
-    assert run_job(["sh", "-c", script], dict(os.environ), 3.0) is None
+    assert run_jobs([(["sh", "-c", script], dict(os.environ))], 3.0) is None
     print(f"\ncommbench's timed-out job ended {time.monotonic() - t0:.1f} s after its start (timeout 3 s)")
-    rank = int(marker.read_text())
+    wait_gone(int(marker.read_text()), "the job's rank outlived the timeout")
+    # across emulated hosts a job is one launcher per host: one that fails ends the others (its
+    # peers would wait for it until the timeout), and the failure's exit code is the job's
+    marker.unlink()
+    t0 = time.monotonic()
+    assert run_jobs([(["sh", "-c", script], dict(os.environ)), (["sh", "-c", "sleep 1; exit 3"], dict(os.environ))],
+                    60.0) == 3
+    assert time.monotonic() - t0 < 10
+    wait_gone(int(marker.read_text()), "the surviving host's rank outlived its peer's failure")
+
+
+def wait_gone(pid: int, why: str) -> None:
     deadline = time.monotonic() + 5
-    while Path(f"/proc/{rank}").exists() and Path(f"/proc/{rank}/stat").read_text().split(")")[-1].split()[0] != "Z":
-        assert time.monotonic() < deadline, "the job's rank outlived the timeout"
+    while Path(f"/proc/{pid}").exists() and Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z":
+        assert time.monotonic() < deadline, why
         time.sleep(0.1)
 
 

@@ -51,11 +51,11 @@ def test_the_record_keeps_the_prediction_beside_the_measurement_and_its_config_h
 
 def commbench_rows(a=1e-4, b=2e-9):
     rows = [{"mode": "sizes", "collective": "all_reduce", "dtype": "fp32", "device": "cpu", "workers": 2,
-             "backend": "gloo", "bytes": n, "time_us_p50": (a + b * n) * 1e6, "wrong": 0}
-            for n in (1024, 65536, 1 << 20, 4 << 20)]
+             "backend": "gloo", "bytes": n, "time_us": (a + b * n) * 1e6, "time_us_p50": (a / 2 + b * n) * 1e6,
+             "wrong": 0} for n in (1024, 65536, 1 << 20, 4 << 20)]
     # ignored: another worker count, dtype, collective, and a failed job
-    rows += [{**rows[0], "workers": 3, "time_us_p50": 1.0}, {**rows[1], "dtype": "fp16", "time_us_p50": 1.0},
-             {**rows[2], "collective": "broadcast", "time_us_p50": 1.0}, {"error": "x2 job timed out"}]
+    rows += [{**rows[0], "workers": 3, "time_us": 1.0}, {**rows[1], "dtype": "fp16", "time_us": 1.0},
+             {**rows[2], "collective": "broadcast", "time_us": 1.0}, {"error": "x2 job timed out"}]
     return rows
 
 
@@ -66,7 +66,8 @@ def test_commbench_fit_writes_a_network_the_predictor_loads(tmp_path):
     loaded = yaml.safe_load(path.read_text())
     assert loaded["data"]["bytes"] == [1024, 65536, 1 << 20, 4 << 20] and "test data" in loaded["sources"]["inter"]
     c = network.load("local-box", tmp_path)
-    # a line fits exactly: the 2-rank all-reduce of n bytes takes 1e-4 + 2e-9 n again
+    # a line fits exactly: the 2-rank all-reduce of n bytes takes 1e-4 + 2e-9 n again (the mean
+    # per call: a stream of all-reduces pays the tail the median leaves out)
     assert c.allreduce_s(1 << 20, 2, "ring") == pytest.approx(1e-4 + 2e-9 * (1 << 20))
     assert c.gpus_per_node == 1 and c.nodes(4) == (4, 1)
 

@@ -1,0 +1,39 @@
+"""commbench from several nodes: `--link RATE` runs each job with one rank on each emulated host
+(torchrun per host, rendezvous at the first), so what it times crosses the shaped links, and the
+fit it writes is the predictor's `emulated-RATE` network."""
+import subprocess
+import sys
+
+import pytest
+from helpers import REPO, records
+
+from ddlbench.predict import network
+
+pytestmark = pytest.mark.netns
+
+
+def test_commbench_across_two_emulated_hosts_times_the_shaped_link(emulated_cluster, tmp_path):
+    rate_bps = emulated_cluster.link_bps
+    proc = subprocess.run([sys.executable, "-m", "ddlbench.commbench", "--link", emulated_cluster.link,
+                           "--workers", "2", "--backends", "gloo", "--dtypes", "fp32", "--mode", "sizes",
+                           "--min-bytes", "4", "--max-bytes", "256KiB", "--iters", "5", "--warmup", "1",
+                           "--network-name", "none", "--results", str(tmp_path)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [r for r in records(tmp_path) if r.get("collective") == "all_reduce"]
+    assert rows and all(r["wrong"] == 0 and r["workers"] == 2 and r["network"]["emulated"] for r in rows)
+    # a 2-rank all-reduce of n bytes sends n bytes each way (half reduce-scattered, half gathered):
+    # at the shaped rate that takes n * 8 / rate at least; on one host's loopback it took ~1 ms
+    big = max(rows, key=lambda r: r["bytes"])
+    assert big["time_us"] * 1e-6 >= 0.8 * big["bytes"] * 8 / rate_bps, big
+    spec = network.commbench_network(rows, "emulated-test", "test")
+    assert spec["inter"]["allreduce"]["beta_s_per_byte"] >= 0.8 * 8 / rate_bps
+    assert emulated_cluster.hosts and network_up_after(emulated_cluster)
+
+
+def network_up_after(c) -> bool:
+    """The session's interactive cluster was used as it was, and left up."""
+    from ddlbench.launch import netns
+
+    up = netns.current()
+    return up is not None and up.owner_pid is None and len(up.hosts) == len(c.hosts)
