@@ -104,7 +104,7 @@ def run_threads(rec: dict) -> int:
     return int(t) if t else threads_for(rec["workers"] + (rec.get("servers") or 0))
 
 
-def local(results: str, local_network: str | None, shared_host: bool = True) -> dict:
+def local(results: str, local_network: str | None, shared_host: bool = True, runs: list | None = None) -> dict:
     """{method: [(predicted, measured)]} over our own records with a known network. Every worker of
     a run here shared this machine's cores (local runs, and the emulated cluster's namespaces), so
     with `shared_host` the setup's one-worker throughput is rescaled to the device one worker of
@@ -120,6 +120,7 @@ def local(results: str, local_network: str | None, shared_host: bool = True) -> 
         if r["workers"] == 1:
             base.setdefault((r["model"], r["local_batch"], tables.network_of(r)), []).append(r)
     pairs = defaultdict(list)
+    runs = [] if runs is None else runs  # (method, network, workers, predicted, measured) per run, for the caller
     for r in recs:
         net = record_network(r) or local_network
         key = (r["model"], r["local_batch"], tables.network_of(r))
@@ -135,6 +136,8 @@ def local(results: str, local_network: str | None, shared_host: bool = True) -> 
         p, _, _ = cli.predict(r["model"], [r["workers"]], net, (r["method"],), r["local_batch"], x1, stack_opts,
                               explain=False)
         pairs[r["method"]].append((p[(r["method"], r["workers"])].samples_per_sec, r["samples_per_sec"]))
+        runs.append((r["method"], net, r["workers"], p[(r["method"], r["workers"])].samples_per_sec,
+                     r["samples_per_sec"]))
     return pairs
 
 
@@ -182,7 +185,8 @@ def main(argv=None) -> int:
     print("\nWhat dominates each prediction at 32 workers (then the largest exposed communication cost):")
     print(markdown(["method"] + models, [[m] + [s["dominant"][(model, m)] for model in models] for m in STUDY_METHODS]))
 
-    shared, alone = local(a.results, a.local_network), local(a.results, a.local_network, shared_host=False)
+    runs: list = []
+    shared, alone = local(a.results, a.local_network, runs=runs), local(a.results, a.local_network, shared_host=False)
     print(f"\nAgainst real runs under {a.results}:")
     if not shared:
         print("  none with a known network: runs need a one-worker run of their setup and a network "
@@ -193,6 +197,9 @@ def main(argv=None) -> int:
     print(markdown(["method", "runs", "median APE, sharing (target <= 10%)", "median APE, alone"],
                    [[m, len(ps), f"{simulate.mape(ps):.1%}", f"{simulate.mape(alone[m]):.1%}"]
                     for m, ps in sorted(shared.items())]))
+    print("\nPer run (sharing): predicted / measured samples/s")
+    print(markdown(["method", "network", "workers", "predicted", "measured", "error"],
+                   [[m, net, w, f"{p:.1f}", f"{x:.1f}", f"{(p - x) / x:+.0%}"] for m, net, w, p, x in sorted(runs)]))
     return 0
 
 
