@@ -241,11 +241,17 @@ def _run(argv: list[str], check: bool = True, **kw) -> subprocess.CompletedProce
     return out
 
 
+def tbf_burst_bytes(bps: float) -> int:
+    """The bucket of a link at `bps`: at least a 64 KiB GSO frame (two: tbf drops a packet larger
+    than its bucket) and 1 ms at the rate. After an idle spell that many bytes pass at once,
+    which the predictor models (predict.network.Link.burst_bytes)."""
+    return max(65536 * 2, int(bps / 8 / 1000))
+
+
 def _tbf(dev: str, bps: float, netns: str | None = None) -> None:
-    """A token bucket at `bps` on `dev`'s egress. The bucket holds at least a 64 KiB GSO frame
-    and 1 ms at the rate; the queue at most 10 ms at the rate (TCP reaches the rate with less:
-    round trips here are microseconds)."""
-    burst = max(65536 * 2, int(bps / 8 / 1000))
+    """A token bucket at `bps` on `dev`'s egress (`tbf_burst_bytes` deep); the queue at most
+    10 ms at the rate (TCP reaches the rate with less: round trips here are microseconds)."""
+    burst = tbf_burst_bytes(bps)
     where = ["ip", "netns", "exec", netns] if netns else []
     _run([*where, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{int(bps)}bit",
           "burst", str(burst), "latency", "10ms"])

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 ALGORITHMS = ("nccl", "nccl-2.4", "ring", "tree", "hierarchical")
@@ -57,10 +57,13 @@ def seconds_at(nbytes: int, gbps: float) -> float:
 
 @dataclass(frozen=True)
 class Link:
-    """t(n) = alpha_s + beta_s_per_byte * n."""
+    """t(n) = alpha_s + beta_s_per_byte * n; `burst_bytes`: the depth of a token bucket in front
+    of it (tc tbf, the emulated cluster's shaping): after the link idled, that many bytes pass
+    without waiting for the rate (simulate.Bucket); 0 for a real link."""
 
     alpha_s: float
     beta_s_per_byte: float
+    burst_bytes: float = 0.0
 
     def time_s(self, nbytes: float) -> float:
         return self.alpha_s + self.beta_s_per_byte * nbytes
@@ -294,9 +297,16 @@ def load(name: str, directory: Path | None = None) -> Cluster:
         node = load(spec["intra_from"], directory)
         intra, gpus = intra or node.intra, gpus or node.gpus_per_node
     table = {int(k): (float(v[0]), float(v[1])) for k, v in (spec.get("mgwfbp_alpha_beta") or {}).items()}
-    return Cluster(name=spec.get("name", name), intra=intra, inter=_link(spec.get("inter")),
+    inter, sources = _link(spec.get("inter")), dict(spec.get("sources", {}))
+    if name.startswith(EMULATED) and inter is not None:
+        # the emulated links are tc token buckets (launch.netns._tbf), measured or not
+        from ddlbench.launch.netns import check_rate, tbf_burst_bytes
+
+        inter = replace(inter, burst_bytes=tbf_burst_bytes(check_rate(name[len(EMULATED):])))
+        sources["burst"] = f"launch.netns.tbf_burst_bytes: the tbf bucket of every emulated link, {inter.burst_bytes:.0f} B"
+    return Cluster(name=spec.get("name", name), intra=intra, inter=inter,
                    gpus_per_node=int(gpus or 1), server_mem_Bps=float(spec.get("server_mem_GBps", 0)) * 1e9,
-                   mgwfbp_table=table, description=spec.get("description", ""), sources=spec.get("sources", {}))
+                   mgwfbp_table=table, description=spec.get("description", ""), sources=sources)
 
 
 # -- the user's own network, from commbench ------------------------------------------------------

@@ -37,7 +37,10 @@ same thing at the same time, and a server receives a partition from all m machin
   forward). The study's ByteScheduler-PS (`scheduler: byteps`) is WFBP-PS with BytePS's server
   schedule instead;
 - every other method updates all parameters after all communication, and the next forward
-  starts after that.
+  starts after that;
+- the emulated cluster's links are tc token buckets (`Link.burst_bytes`, launch.netns): each
+  link direction passes what finds tokens at once and the rest at the rate, tokens coming back
+  while it idles (`Bucket`; modelled for the ring over one-worker machines and for PS links).
 
 - ByteScheduler-A2A, stack "study": its partitions go through Horovod 0.19 at its defaults (the
   study's script sets none of HOROVOD_CYCLE_TIME, HOROVOD_FUSION_THRESHOLD, HOROVOD_CACHE_CAPACITY):
@@ -152,6 +155,8 @@ class Station:
         self.busy = True
         now = self.sim.now
         dur, min_end, on_start, on_done = job[-4:]
+        if callable(dur):  # a duration that depends on when the job starts (a Bucket's tokens)
+            dur = dur(now)
         end = max(now + dur, min_end)
         if on_start is not None:
             on_start(now, end)
@@ -161,6 +166,33 @@ class Station:
         if on_done is not None:
             on_done()
         self._next()
+
+
+class Bucket:
+    """A token bucket in front of one link direction (tc tbf: the emulated cluster's links,
+    `Link.burst_bytes` deep): a transfer's bytes that find tokens pass at once, the rest at the
+    link's rate; tokens come back at the rate while the link idles, up to the depth. With no
+    depth (a real link) it changes nothing."""
+
+    def __init__(self, link: Link | None):
+        self.depth = link.burst_bytes if link is not None else 0.0
+        self.beta = link.beta_s_per_byte if link is not None else 0.0
+        self.tokens, self.idle_from = self.depth, 0.0
+
+    def duration_s(self, now: float, nbytes: float, base_s: float) -> float:
+        """The duration of a transfer of `nbytes` (`base_s` at the rate) starting at `now`."""
+        if not self.depth:
+            return base_s
+        tokens = min(self.depth, self.tokens + (now - self.idle_from) / self.beta)
+        used = min(tokens, nbytes)
+        self.tokens = tokens - used  # what the transfer leaves: sending at the rate refills nothing
+        dur = max(0.0, base_s - used * self.beta)
+        self.idle_from = now + dur
+        return dur
+
+    def job(self, nbytes: float, base_s: float):
+        """A Station job's duration, decided when it starts."""
+        return base_s if not self.depth else (lambda now: self.duration_s(now, nbytes, base_s))
 
 
 # -- the cluster's communication, per worker ----------------------------------------------------
@@ -201,10 +233,16 @@ class AllReduceComm:
     def __init__(self, sim: Sim, cluster: Cluster, workers: int, algorithm: str):
         self.stream = Station(sim)
         self.cluster, self.workers, self.algorithm = cluster, workers, algorithm
+        m, g = cluster.nodes(workers)
+        # a ring of one-worker machines (the emulated cluster) sends 2 (W-1) / W of each
+        # all-reduce through every link direction, each behind its own bucket, alike
+        self.bucket = Bucket(cluster.inter if m > 1 and g == 1 and algorithm == "ring" else None)
 
     def send(self, nbytes: int, extra_s: float, on_done) -> None:
-        dur = self.cluster.allreduce_s(nbytes, self.workers, self.algorithm) + extra_s
-        self.stream.submit((dur, 0.0, None, on_done))
+        w = self.workers
+        dur = self.cluster.allreduce_s(nbytes, w, self.algorithm)
+        job = self.bucket.job(2 * (w - 1) / w * nbytes, dur)
+        self.stream.submit(((lambda now: job(now) + extra_s) if callable(job) else dur + extra_s, 0.0, None, on_done))
 
 
 class HorovodCycle:
@@ -259,6 +297,10 @@ class PSComm:
             self.up, self.down = Station(sim), Station(sim)
             self.server_in = [Station(sim) for _ in range(self.S)]
             self.server_out = [Station(sim) for _ in range(self.S)]
+            # each link direction's token bucket (the emulated cluster's; nothing on a real link)
+            self.b_up, self.b_down = Bucket(cluster.inter), Bucket(cluster.inter)
+            self.b_in = [Bucket(cluster.inter) for _ in range(self.S)]
+            self.b_out = [Bucket(cluster.inter) for _ in range(self.S)]
             threads = int(method_cfg.get("server_engine_threads", 8))
             self.threads = threads
             self.engine_map = [EngineMap(threads) for _ in range(self.S)]
@@ -295,8 +337,10 @@ class PSComm:
 
         def pull():
             def started(now, end):
-                sim.at(now + inter.alpha_s, self.down.submit, (nbytes * inter.beta_s_per_byte, end, None, broadcast))
-            self.server_out[k].submit((inter.time_s(self.fan_in * nbytes), 0.0, started, None))
+                sim.at(now + inter.alpha_s, self.down.submit,
+                       (self.b_down.job(nbytes, nbytes * inter.beta_s_per_byte), end, None, broadcast))
+            self.server_out[k].submit((self.b_out[k].job(self.fan_in * nbytes, inter.time_s(self.fan_in * nbytes)),
+                                       0.0, started, None))
 
         def summed():
             if not self.summing:
@@ -318,10 +362,11 @@ class PSComm:
 
         def push_started(now, end):
             sim.at(now + inter.alpha_s, self.server_in[k].submit,
-                   (self.fan_in * nbytes * inter.beta_s_per_byte, end, None, held))
+                   (self.b_in[k].job(self.fan_in * nbytes, self.fan_in * nbytes * inter.beta_s_per_byte), end, None,
+                    held))
 
         def reduced():
-            self.up.submit((inter.time_s(nbytes), 0.0, push_started, None))
+            self.up.submit((self.b_up.job(nbytes, inter.time_s(nbytes)), 0.0, push_started, None))
 
         self.node.submit((node_s, 0.0, None, reduced))
 

@@ -124,3 +124,17 @@ def test_an_emulated_network_at_any_tc_rate_takes_the_rate_and_this_machines_alp
     assert c.inter.time_s(1_000_000) == pytest.approx(2.0e-4 + 8e6 / 300e6)
     with pytest.raises(ValueError, match="'fast' is not a rate tc understands"):
         network.load("emulated-fast", tmp_path)
+
+
+def test_emulated_networks_carry_the_token_bucket_of_their_links(tmp_path):
+    import yaml
+
+    from ddlbench.launch import netns
+
+    assert network.load("emulated-300mbit").inter.burst_bytes == netns.tbf_burst_bytes(300e6) == 131072
+    assert network.load("emulated-10gbit").inter.burst_bytes == 10e9 / 8 / 1000  # 1 ms at the rate
+    # measured across the hosts (make commbench LINK=...) or not, the links are the same tc buckets
+    spec = {"name": "emulated-1gbit", "inter": {"allreduce": {"alpha_s": 1e-3, "beta_s_per_byte": 1e-8, "ranks": 2}}}
+    (tmp_path / "emulated-1gbit.yaml").write_text(yaml.safe_dump(spec))
+    assert network.load("emulated-1gbit", tmp_path).inter.burst_bytes == 131072
+    assert network.load("100gbib").inter.burst_bytes == 0  # a real link

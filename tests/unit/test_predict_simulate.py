@@ -177,3 +177,25 @@ def test_bytescheduler_ps_as_the_study_ran_it_is_wfbp_ps_with_the_server_schedul
 
 def test_one_worker_is_compute_only():
     assert period("mg-wfbp", toy(), two_gpus(), workers=1) == pytest.approx(4.0)
+
+
+def test_a_token_bucket_link_passes_its_burst_after_idling():
+    # the emulated cluster's links are tc token buckets (Link.burst_bytes): 2 machines of 1 GPU,
+    # the toy's link, a 40,000-byte bucket. A 2-rank ring sends the whole message each way.
+    # BSP: 120,000 B after 4 s idle: 40,000 B pass at once, saving 0.5 s of the 2 s: 1 + 3 + 1.5.
+    bucket = Cluster("toy", intra=None, inter=Link(0.25, 1.25e-5, burst_bytes=40_000), gpus_per_node=1)
+    assert period("bsp-a2a", toy(), bucket, algorithm="ring") == pytest.approx(5.5)
+    # WFBP: 40,000 B at 2, 3 and 4 s; each all-reduce (1 s at the rate) takes 0.5 s, and the 0.5 s
+    # idle before the next refills the bucket (40,000 B at 1.25e-5 s/B): [2, 2.5], [3, 3.5], [4, 4.5]
+    assert period("wfbp-a2a", toy(), bucket, algorithm="ring") == pytest.approx(4.5)
+    # back to back, the bucket is empty after the first: p2, p1, p0 ready at 1.5, 1.6, 1.7:
+    # [1.5, 2.0], then the next two at the rate: [2.0, 3.0], [3.0, 4.0]
+    assert period("wfbp-a2a", toy(ready=(0.7, 0.6, 0.5)), bucket, algorithm="ring") == pytest.approx(4.0)
+    # BSP-PS (alpha 0, beta 1e-5, a 60,000-byte bucket on every link direction): each machine's
+    # push of 120,000 B saves 0.6 s (0.6 s), the server's downlink takes both (2.4 s less 0.6:
+    # 1.8 s), the pull likewise (1.8 s, the machines' downlinks within it): 4 + 1.8 + 1.8
+    ps = Cluster("toy", intra=None, inter=Link(0.0, 1e-5, burst_bytes=60_000), gpus_per_node=1)
+    assert period("bsp-ps", toy(), ps) == pytest.approx(7.6, rel=1e-6)
+    # a real link (no bucket) is as before
+    assert period("bsp-a2a", toy(), Cluster("toy", intra=None, inter=Link(0.25, 1.25e-5), gpus_per_node=1),
+                  algorithm="ring") == pytest.approx(6.0)
