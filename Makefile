@@ -177,7 +177,7 @@ BACKENDS    ?= auto
 COLLECTIVES ?= all_reduce
 DTYPES      ?= fp32,fp16
 MAX_BYTES   ?= 64MiB
-CB_MODE     ?= sizes,groups,fusion
+CB_MODE     ?= sizes,groups,fusion,ps
 commbench: install
 	$(PY) -m ddlbench.commbench --workers $(CB_WORKERS) --backends $(BACKENDS) --collectives $(COLLECTIVES) \
 		--dtypes $(DTYPES) --max-bytes $(MAX_BYTES) $(if $(ITERS),--iters $(ITERS)) --mode $(CB_MODE) --results $(RESULTS) \

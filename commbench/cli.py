@@ -18,7 +18,7 @@ from ddlbench.commbench.backends import BACKENDS, mpiexec, why_unavailable
 from ddlbench.commbench.collectives import COLLECTIVES, DTYPES
 
 DEVICES = ("cpu", "cuda")
-MODES = ("sizes", "groups", "fusion")
+MODES = ("sizes", "groups", "fusion", "ps")
 ACROSS_HOSTS = ("gloo", "nccl", "mpi", "ucc")  # torch.distributed backends: a torchrun per emulated host
 
 
@@ -61,7 +61,8 @@ def parse(argv) -> argparse.Namespace:
     ap.add_argument("--factor", type=int, default=4, help="size step: 2 or 4")
     ap.add_argument("--iters", type=int, default=100, help="timed iterations per size (at least 1)")
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--mode", default="sizes,groups,fusion", help=f"comma list of {', '.join(MODES)}")
+    ap.add_argument("--mode", default="sizes,groups,fusion,ps",
+                    help=f"comma list of {', '.join(MODES)} (ps: push/pull through ddlbench's PS engine, W workers + 1 server)")
     ap.add_argument("--group-bytes", default="400", help="groups mode: bytes per all-reduce (seed 002: 10x10 fp32)")
     ap.add_argument("--fusion-models", default="resnet50,bert-base")
     ap.add_argument("--fusion-iters", type=int, default=10)
@@ -93,7 +94,7 @@ def parse(argv) -> argparse.Namespace:
     a.workers = list(range(2, counts[0] + 1)) if len(counts) == 1 else counts
     if not a.workers or min(a.workers) < 2:
         raise BadInput(f"workers={counts} is invalid; accepted: N >= 2 (collectives need two workers)")
-    a.backends = resolve_backends(a)
+    a.backends_arg, a.backends = a.backends, resolve_backends(a)
     if a.link is not None:
         from ddlbench.launch.netns import BadSetting, check_rate
 
@@ -101,6 +102,8 @@ def parse(argv) -> argparse.Namespace:
             check_rate(a.link, "link")
         except BadSetting as exc:
             raise BadInput(str(exc)) from None
+        if a.backends_arg == "auto":  # every available one that can start across the hosts
+            a.backends = [x for x in a.backends if x[0] in ACROSS_HOSTS]
         other = [b for b, _, _ in a.backends if b not in ACROSS_HOSTS]
         if other:
             raise BadInput(f"backends {','.join(other)} with --link={a.link}: each host's rank starts under torchrun; "
@@ -147,8 +150,9 @@ def launch(backend: str, device: str, workers: int, spec: dict, timeout: float, 
         Path(f"{tmp}/spec.json").write_text(json.dumps(spec))
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
         target = ["-m", "ddlbench.commbench.worker", f"{tmp}/spec.json"]
+        procs = workers + (1 if spec["mode"] == "ps" else 0)  # ps: the last rank is the server
         if cluster is not None:
-            rc = run_jobs(across_hosts(cluster, workers, target, env), timeout)
+            rc = run_jobs(across_hosts(cluster, procs, target, env), timeout)
             return _rows(spec, rc, backend, workers, timeout, env)
         if backend == "mpi4py":
             cmd = [mpiexec(), "-n", str(workers), sys.executable, *target]
@@ -162,7 +166,7 @@ def launch(backend: str, device: str, workers: int, spec: dict, timeout: float, 
         else:
             from ddlbench.launch.local import torchrun
 
-            cmd = torchrun(workers, target)
+            cmd = torchrun(procs, target)
         return _rows(spec, run_jobs([(cmd, env)], timeout), backend, workers, timeout, env)
 
 
@@ -260,7 +264,8 @@ def _hosts(a):
     from ddlbench.launch.netns import NetnsError
 
     try:
-        ctx = _cluster(max(a.workers + ([4] if "groups" in a.modes else [])), a.link, None)  # groups: 2 and 4 at least
+        need = a.workers + ([4] if "groups" in a.modes else []) + ([max(a.workers) + 1] if "ps" in a.modes else [])
+        ctx = _cluster(max(need), a.link, None)  # groups: 2 and 4 at least; ps: a server host
         cluster = ctx.__enter__()
     except NetnsError as exc:
         raise BadInput(f"--link={a.link}: {exc}") from None
@@ -280,6 +285,8 @@ def _measure_all(a, spec: dict, base: dict, cluster) -> list[dict]:
         for backend, device, fallback_from in a.backends:
             if mode != "sizes" and backend in ("mpi4py", "horovod"):
                 continue  # the seeds' experiments are about torch.distributed process groups
+            if mode == "ps" and backend != "gloo":
+                continue  # the PS engine has its own wire; Gloo only meets the ranks
             for w in counts:
                 print(f"[commbench] {mode}: {backend} on {device}, {w} workers", flush=True)
                 rows = launch(backend, device, w, {**spec, "mode": mode}, a.timeout, cluster)

@@ -8,6 +8,12 @@ contention, not the network: the record says how many cores there were.
 fusion (seed 003): a model's gradients (shapes from the model built on the meta device)
 all-reduced three ways: one call per tensor (all launched, then all waited), fused into one
 flat buffer (copies in and out included), and DDP-style 25 MiB buckets.
+
+ps: push and pull through this project's parameter-server engine on its default wire
+(methods.ps_zmq: ZeroMQ, as BytePS's ps-lite), the last rank the one server, the others workers
+(one per machine): per size, one message's round, every worker pushing its partitions, the
+server summing them and every worker pulling the average. The predictor's PS links are fitted
+to these rounds (predict.network.commbench_network).
 """
 from __future__ import annotations
 
@@ -107,3 +113,51 @@ def fusion(be, spec, emit) -> None:
             emit({"mode": "fusion", "model": model, "strategy": name, "messages": len(groups_), "tensors": len(numels),
                   "collective": "all_reduce", "dtype": "fp32", "device": spec["device"], "workers": be.n,
                   "wrong": be.total(wrong), **summarize(times, total * 4, "all_reduce", be.n)})
+
+
+PS_PARTITION_BYTES = 4_096_000  # BytePS's partition, as conf/method/*-ps.yaml
+
+
+def ps(be, spec, emit) -> None:
+    import torch.distributed as dist
+
+    from ddlbench.methods import Context, ps_node, ps_zmq
+    from ddlbench.trace import NullTracer
+
+    W = be.n - 1  # the last rank serves
+    workers = dist.new_group(list(range(W)))
+    layout = ps_node.per_gpu(W, 1, comm_timeout_s=60)  # every worker pushes, one machine each
+    if be.rank == W:
+        ps_zmq.serve(be.rank, layout, NullTracer())
+        return
+    ctx = Context(rank=be.rank, world=W, device=be.device, tracer=NullTracer(), group=workers,
+                  extra={"comm_timeout_s": 60})
+    pp = ps_zmq.TRANSPORT(ctx, layout, PS_PARTITION_BYTES)
+    from ddlbench.commbench.worker import sizes
+
+    todo = [n for n in sizes(spec)]
+    pp.prepare([max(1, n // 4) for n in todo])
+    it = 0
+    for m, nbytes in enumerate(todo):
+        x = torch.ones(max(1, nbytes // 4))
+        times = []
+        dist.barrier(group=workers)
+        for i in range(spec["warmup"] + spec["iters"]):
+            t0 = time.perf_counter()
+            pp.reduce_async(x, iteration=it, tensors=["x"], group=m).wait()
+            it += 1
+            if i >= spec["warmup"]:
+                times.append(time.perf_counter() - t0)
+        # then one checked round: the average of every worker's pattern
+        x = pattern(x.numel(), be.rank, torch.float32, be.device)
+        pp.reduce_async(x, iteration=it, tensors=["x"], group=m).wait()
+        it += 1
+        expected = sum(pattern(x.numel(), r, torch.float32, be.device) for r in range(W)) / W
+        wrong = torch.tensor([int((~torch.isclose(x, expected)).sum().item())])
+        dist.all_reduce(wrong, group=workers)
+        everyone = [None] * W
+        dist.all_gather_object(everyone, times, group=workers)
+        emit({"mode": "ps", "collective": "push_pull", "dtype": "fp32", "device": spec["device"], "workers": W,
+              "servers": 1, "wire": "zmq", "partition_bytes": PS_PARTITION_BYTES, "wrong": int(wrong.item()),
+              **summarize(max(everyone, key=lambda ts: sum(ts) / len(ts)), x.numel() * 4, "push_pull", W)})
+    pp.close()

@@ -235,7 +235,7 @@ def main(spec_path: str) -> None:
 
     from ddlbench.commbench import modes
 
-    {"sizes": sweep, "groups": modes.groups, "fusion": modes.fusion}[spec["mode"]](be, spec, emit)
+    {"sizes": sweep, "groups": modes.groups, "fusion": modes.fusion, "ps": modes.ps}[spec["mode"]](be, spec, emit)
     if be.rank == 0:
         with open(spec["out"], "w") as f:
             f.write("\n".join(lines) + ("\n" if lines else ""))

@@ -108,6 +108,8 @@ class Cluster:
     mgwfbp_table: dict = field(default_factory=dict)  # workers -> (alpha_s, beta_s_per_byte) MG-WFBP used
     description: str = ""
     sources: dict = field(default_factory=dict)
+    ps: Link | None = None        # the PS wire between machines and servers where measured (commbench's
+                                  # ps mode); None: `inter`, as for the study's BytePS over RDMA
 
     def nodes(self, workers: int) -> tuple[int, int]:
         """(machines m, GPUs per machine g) for `workers` workers, filling nodes g at a time."""
@@ -254,10 +256,10 @@ def emulated_spec(rate: str, directory: Path | None = None) -> dict:
     """The emulated cluster at any tc rate (`emulated-300mbit`) when nobody measured it: one CPU
     worker per host, links at the shaped rate, and the per-message cost of the software stack on
     this machine (no netem: no added delay): the alpha of `loopback` (or of the user's own
-    commbench fit, `local-<hostname>`, where one exists), per link. That underestimates it: two
-    hosts' all-reduce costs more than loopback's (0.9 against 0.3 ms per small one here: the
-    veth pairs, tbf and bridge on the same cores). `make commbench LINK=<rate>` measures it
-    across the hosts and writes conf/network/emulated-<rate>.yaml, which `load` reads first."""
+    commbench fit, `local-<hostname>`, where one exists), per link, and its PS wire's where it
+    has one. `make commbench LINK=<rate>` measures them across the hosts (their veth pairs, tbf
+    and bridge, on the same cores: a small all-reduce took 1.1-2.2 ms on average here over three
+    runs) and writes conf/network/emulated-<rate>.yaml, which `load` reads first."""
     from ddlbench.launch.netns import BadSetting, check_rate
 
     try:
@@ -269,10 +271,11 @@ def emulated_spec(rate: str, directory: Path | None = None) -> dict:
     directory = directory or conf_dir()
     base = local_network_name()
     base = base if (directory / f"{base}.yaml").exists() else "loopback"
-    alpha = load(base, directory).inter.alpha_s
-    return {"name": f"{EMULATED}{rate}", "gpus_per_node": 1,
+    here = load(base, directory)
+    ps = {"ps": {"rate_gbps": bps / 1e9, "alpha_s": here.ps.alpha_s}} if here.ps is not None else {}
+    return {"name": f"{EMULATED}{rate}", "gpus_per_node": 1, **ps,
             "description": f"emulated: tc rate {rate} between namespaces, no added delay, 1 CPU worker per host",
-            "inter": {"rate_gbps": bps / 1e9, "alpha_s": alpha},
+            "inter": {"rate_gbps": bps / 1e9, "alpha_s": here.inter.alpha_s},
             "sources": {"inter": f"rate: the emulated cluster's tc shaping ({rate}); alpha: conf/network/{base} "
                                  f"(this machine's software stack, unchanged by the namespaces; no netem)"}}
 
@@ -297,16 +300,21 @@ def load(name: str, directory: Path | None = None) -> Cluster:
         node = load(spec["intra_from"], directory)
         intra, gpus = intra or node.intra, gpus or node.gpus_per_node
     table = {int(k): (float(v[0]), float(v[1])) for k, v in (spec.get("mgwfbp_alpha_beta") or {}).items()}
-    inter, sources = _link(spec.get("inter")), dict(spec.get("sources", {}))
+    inter, ps, sources = _link(spec.get("inter")), _link(spec.get("ps")), dict(spec.get("sources", {}))
     if name.startswith(EMULATED) and inter is not None:
         # the emulated links are tc token buckets (launch.netns._tbf), measured or not
         from ddlbench.launch.netns import check_rate, tbf_burst_bytes
 
-        inter = replace(inter, burst_bytes=tbf_burst_bytes(check_rate(name[len(EMULATED):])))
-        sources["burst"] = f"launch.netns.tbf_burst_bytes: the tbf bucket of every emulated link, {inter.burst_bytes:.0f} B"
+        burst = tbf_burst_bytes(check_rate(name[len(EMULATED):]))
+        inter = replace(inter, burst_bytes=burst)
+        # a PS round's push and pull phases alternate, so each link direction refills its bucket
+        # while the other works and the round's slope understates the rate: the PS wire keeps
+        # its own per-message cost and takes the links' rate from the all-reduce (same tc rate)
+        ps = replace(ps, beta_s_per_byte=inter.beta_s_per_byte, burst_bytes=burst) if ps is not None else None
+        sources["burst"] = f"launch.netns.tbf_burst_bytes: the tbf bucket of every emulated link, {burst:.0f} B"
     return Cluster(name=spec.get("name", name), intra=intra, inter=inter,
                    gpus_per_node=int(gpus or 1), server_mem_Bps=float(spec.get("server_mem_GBps", 0)) * 1e9,
-                   mgwfbp_table=table, description=spec.get("description", ""), sources=sources)
+                   mgwfbp_table=table, description=spec.get("description", ""), sources=sources, ps=ps)
 
 
 # -- the user's own network, from commbench ------------------------------------------------------
@@ -325,9 +333,12 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
 
     from ddlbench.methods.mgwfbp import fit_alpha_beta
 
+    # from 2 elements per rank up: a smaller all-reduce is not a ring (Gloo's ring splits the
+    # buffer into one chunk per rank; one 4-byte element took 0.27 ms across two emulated hosts,
+    # 16 bytes 1.5 ms), and least relative squares would take its alpha from that point alone
     usable = [r for r in rows if r.get("mode", "sizes") == "sizes" and r.get("collective") == "all_reduce"
               and r.get("dtype") == "fp32" and r.get("workers") == 2 and r.get("time_us")
-              and not r.get("wrong") and "error" not in r]
+              and r.get("bytes", 0) >= 2 * 4 * 2 and not r.get("wrong") and "error" not in r]
     backends = sorted({r.get("backend") for r in usable}, key=lambda b: -sum(r.get("backend") == b for r in usable))
     if backend is None and backends:
         backend = backends[0]
@@ -342,7 +353,7 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
     times = [statistics.median(by_size[s]) for s in sizes]
     a, b = fit_alpha_beta(sizes, times)
     device = usable[0].get("device", "?")
-    return {
+    out = {
         "name": name,
         "description": f"measured by make commbench: {backend} on {device}, 2 workers, one worker per endpoint",
         "gpus_per_node": 1,
@@ -352,6 +363,38 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
                              f"(methods.mgwfbp.fit_alpha_beta), a = {a:.4g} s, b = {b:.4g} s/B"},
         "data": {"bytes": sizes, "time_s": times},
     }
+    ps = _ps_fit(rows, fit_alpha_beta)
+    if ps is not None:
+        (alpha, beta, ps_sizes, ps_times, partition) = ps
+        out["ps"] = {"alpha_s": alpha, "beta_s_per_byte": beta}
+        out["sources"]["ps"] = (f"{source}: commbench's ps mode, 2 workers + 1 server, one push/pull round of one "
+                                f"partition ({len(ps_sizes)} sizes {ps_sizes[0]}..{ps_sizes[-1]} B, up to the "
+                                f"{partition} B partition) t = a + b n, fitted as the simulator's round on 2 "
+                                f"machines and 1 server: t = 2 alpha + 4 n beta")
+        out["data_ps"] = {"bytes": ps_sizes, "time_s": ps_times}
+    return out
+
+
+def _ps_fit(rows: list[dict], fit_alpha_beta):
+    """(alpha, beta, sizes, times, partition) of the PS wire from commbench's `ps` rows at 2
+    workers, or None without them. The simulator's round for one partition of n bytes on 2
+    machines and 1 server (simulate.PSComm: a push on each machine's uplink, the server's downlink
+    taking both, a pull on the server's uplink carrying both, cut through to each machine) takes
+    2 alpha + 4 n beta: so alpha = a / 2, beta = b / 4. Sizes up to one partition: beyond it the
+    engine pipelines partitions."""
+    import statistics
+
+    ps = [r for r in rows if r.get("mode") == "ps" and r.get("workers") == 2 and r.get("time_us")
+          and not r.get("wrong") and "error" not in r and r["bytes"] <= r.get("partition_bytes", 4_096_000)]
+    by_size: dict[int, list[float]] = {}
+    for r in ps:
+        by_size.setdefault(int(r["bytes"]), []).append(float(r["time_us"]) * 1e-6)
+    if len(by_size) < 2:
+        return None
+    sizes = sorted(by_size)
+    times = [statistics.median(by_size[s]) for s in sizes]
+    a, b = fit_alpha_beta(sizes, times)
+    return a / 2, b / 4, sizes, times, ps[0].get("partition_bytes", 4_096_000)
 
 
 def write_config(spec: dict, directory: Path | None = None) -> Path:

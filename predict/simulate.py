@@ -298,9 +298,10 @@ class PSComm:
             self.server_in = [Station(sim) for _ in range(self.S)]
             self.server_out = [Station(sim) for _ in range(self.S)]
             # each link direction's token bucket (the emulated cluster's; nothing on a real link)
-            self.b_up, self.b_down = Bucket(cluster.inter), Bucket(cluster.inter)
-            self.b_in = [Bucket(cluster.inter) for _ in range(self.S)]
-            self.b_out = [Bucket(cluster.inter) for _ in range(self.S)]
+            wire = cluster.ps or cluster.inter
+            self.b_up, self.b_down = Bucket(wire), Bucket(wire)
+            self.b_in = [Bucket(wire) for _ in range(self.S)]
+            self.b_out = [Bucket(wire) for _ in range(self.S)]
             threads = int(method_cfg.get("server_engine_threads", 8))
             self.threads = threads
             self.engine_map = [EngineMap(threads) for _ in range(self.S)]
@@ -332,7 +333,7 @@ class PSComm:
         if self.local_only:
             self.node.submit((node_s, 0.0, None, lambda: (pushed(), broadcast())))
             return
-        inter: Link = c.inter
+        inter: Link = c.ps or c.inter  # the PS wire where measured (commbench's ps mode)
         k = part.server
 
         def pull():

@@ -16,7 +16,7 @@ def test_commbench_across_two_emulated_hosts_times_the_shaped_link(emulated_clus
     rate_bps = emulated_cluster.link_bps
     proc = subprocess.run([sys.executable, "-m", "ddlbench.commbench", "--link", emulated_cluster.link,
                            "--workers", "2", "--backends", "gloo", "--dtypes", "fp32", "--mode", "sizes",
-                           "--min-bytes", "4", "--max-bytes", "256KiB", "--iters", "5", "--warmup", "1",
+                           "--min-bytes", "4", "--max-bytes", "1MiB", "--iters", "5", "--warmup", "1",
                            "--network-name", "none", "--results", str(tmp_path)],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -26,9 +26,27 @@ def test_commbench_across_two_emulated_hosts_times_the_shaped_link(emulated_clus
     # at the shaped rate that takes n * 8 / rate at least; on one host's loopback it took ~1 ms
     big = max(rows, key=lambda r: r["bytes"])
     assert big["time_us"] * 1e-6 >= 0.8 * big["bytes"] * 8 / rate_bps, big
+    # the fit's slope is the link's (the tbf bucket lets part of each size through at once: half
+    # the rate's slope at least; loopback's is some 25 times smaller)
     spec = network.commbench_network(rows, "emulated-test", "test")
-    assert spec["inter"]["allreduce"]["beta_s_per_byte"] >= 0.8 * 8 / rate_bps
+    assert spec["inter"]["allreduce"]["beta_s_per_byte"] >= 0.5 * 8 / rate_bps
     assert emulated_cluster.hosts and network_up_after(emulated_cluster)
+
+
+def test_commbench_ps_mode_across_hosts_puts_the_server_on_a_host_of_its_own(emulated_cluster, tmp_path):
+    # 2 workers + 1 server on the 3 hosts: a round of n bytes crosses the server's downlink with
+    # both workers' pushes (2 n) and its uplink with both pulls (2 n), so it takes 4 n * 8 / rate
+    rate_bps = emulated_cluster.link_bps
+    proc = subprocess.run([sys.executable, "-m", "ddlbench.commbench", "--link", emulated_cluster.link,
+                           "--workers", "2", "--mode", "ps", "--dtypes", "fp32", "--min-bytes", "64KiB",
+                           "--max-bytes", "1MiB", "--iters", "3", "--warmup", "1", "--network-name", "none",
+                           "--results", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [r for r in records(tmp_path) if r.get("collective") == "push_pull"]
+    assert rows and all(r["wrong"] == 0 and r["network"]["emulated"] for r in rows)
+    big = max(rows, key=lambda r: r["bytes"])
+    # the buckets (128 KiB per link direction) refill between the push and the pull phases
+    assert big["time_us"] * 1e-6 >= 0.8 * (4 * big["bytes"] - 4 * 131072) * 8 / rate_bps, big
 
 
 def network_up_after(c) -> bool:

@@ -79,3 +79,21 @@ def test_the_seeds_experiments_groups_and_fusion(tmp_path):
     assert fusion[("per_tensor", 2)]["messages"] == 29 and fusion[("fused", 2)]["messages"] == 1
     assert all(r["wrong"] == 0 for r in rows)  # each mode ends with one checked round
     assert "seed 003" in proc.stdout and "seed 002" in proc.stdout
+
+
+def test_ps_mode_pushes_and_pulls_through_the_ps_engine_and_fits_the_ps_wire(tmp_path):
+    """2 workers and 1 server (3 processes): every size's round is right (the workers' average)
+    and the predictor's PS link is fitted from them."""
+    from ddlbench.predict import network
+
+    proc, rows = commbench(tmp_path, "--workers", "2", "--mode", "ps", "--max-bytes", "64KiB", "--iters", "3",
+                           "--warmup", "1", "--dtypes", "fp32")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert [r["bytes"] for r in rows] == [4 * 4**k for k in range(8)]
+    for r in rows:
+        assert r["collective"] == "push_pull" and r["workers"] == 2 and r["servers"] == 1 and r["wire"] == "zmq"
+        assert r["wrong"] == 0 and 0 < r["time_us_min"] <= r["time_us_p50"] <= r["time_us_max"] and r["iters"] == 3
+    sizes = [{"mode": "sizes", "collective": "all_reduce", "dtype": "fp32", "workers": 2, "backend": "gloo",
+              "bytes": n, "time_us": 100.0 + n / 1e3, "wrong": 0} for n in (1024, 1 << 20)]
+    ps = network.commbench_network(sizes + rows, "x", "test")["ps"]
+    assert ps["alpha_s"] > 0 and ps["beta_s_per_byte"] >= 0

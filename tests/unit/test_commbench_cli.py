@@ -81,3 +81,8 @@ def test_timed_calls_cover_the_whole_loop_one_time_per_call():
     assert len(times) == len(calls) == 5
     assert all(t >= 0.002 for t in times)
     assert span - 0.0015 <= sum(times) <= span  # a dropped call would lose at least 2 ms
+
+
+def test_across_emulated_hosts_auto_means_the_backends_torchrun_starts():
+    a = parse(["--link", "1gbit"])
+    assert a.backends and {b for b, _, _ in a.backends} <= {"gloo", "nccl", "mpi", "ucc"}

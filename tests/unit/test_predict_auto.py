@@ -5,6 +5,7 @@ import yaml
 from ddlbench import config, launch
 from ddlbench.predict import auto, cli, network, profile, simulate
 from ddlbench.predict.network import Cluster, Link
+from ddlbench.predict.profile import Profile
 
 
 def toy_profile(model="tiny-resnet", batch=4):
@@ -53,9 +54,10 @@ def commbench_rows(a=1e-4, b=2e-9):
     rows = [{"mode": "sizes", "collective": "all_reduce", "dtype": "fp32", "device": "cpu", "workers": 2,
              "backend": "gloo", "bytes": n, "time_us": (a + b * n) * 1e6, "time_us_p50": (a / 2 + b * n) * 1e6,
              "wrong": 0} for n in (1024, 65536, 1 << 20, 4 << 20)]
-    # ignored: another worker count, dtype, collective, and a failed job
+    # ignored: another worker count, dtype, collective, a failed job, and one element per rank (no ring)
     rows += [{**rows[0], "workers": 3, "time_us": 1.0}, {**rows[1], "dtype": "fp16", "time_us": 1.0},
-             {**rows[2], "collective": "broadcast", "time_us": 1.0}, {"error": "x2 job timed out"}]
+             {**rows[2], "collective": "broadcast", "time_us": 1.0}, {"error": "x2 job timed out"},
+             {**rows[0], "bytes": 4, "time_us": 1.0}]
     return rows
 
 
@@ -65,11 +67,36 @@ def test_commbench_fit_writes_a_network_the_predictor_loads(tmp_path):
     assert path == tmp_path / "local-box.yaml"
     loaded = yaml.safe_load(path.read_text())
     assert loaded["data"]["bytes"] == [1024, 65536, 1 << 20, 4 << 20] and "test data" in loaded["sources"]["inter"]
+    assert "ps" not in loaded  # no ps-mode rows
     c = network.load("local-box", tmp_path)
     # a line fits exactly: the 2-rank all-reduce of n bytes takes 1e-4 + 2e-9 n again (the mean
     # per call: a stream of all-reduces pays the tail the median leaves out)
     assert c.allreduce_s(1 << 20, 2, "ring") == pytest.approx(1e-4 + 2e-9 * (1 << 20))
     assert c.gpus_per_node == 1 and c.nodes(4) == (4, 1)
+
+
+def test_commbench_ps_rounds_fit_the_simulators_ps_link(tmp_path):
+    """commbench's ps mode (2 workers, 1 server) times a push/pull round of one partition; the
+    fit is the simulator's round on 2 machines and 1 server (2 alpha + 4 n beta), so predicting
+    that round again gives the measured line; beyond one partition the rows are left out."""
+    from ddlbench.predict import simulate
+
+    a, b = 1e-3, 4e-9
+    ps_rows = [{"mode": "ps", "collective": "push_pull", "workers": 2, "servers": 1, "bytes": n, "wrong": 0,
+                "partition_bytes": 4_096_000, "time_us": (a + b * n) * 1e6} for n in (1024, 65536, 1 << 20)]
+    ps_rows.append({**ps_rows[0], "bytes": 16 << 20, "time_us": 1.0})  # several partitions: not fitted
+    spec = network.commbench_network(commbench_rows() + ps_rows, "local-box", "test data")
+    assert spec["ps"] == pytest.approx({"alpha_s": a / 2, "beta_s_per_byte": b / 4})
+    assert spec["data_ps"]["bytes"] == [1024, 65536, 1 << 20]
+    network.write_config(spec, tmp_path)
+    c = network.load("local-box", tmp_path)
+    assert (c.ps.alpha_s, c.ps.beta_s_per_byte) == pytest.approx((a / 2, b / 4)) and c.inter != c.ps
+    # one BSP-PS message of n bytes (one partition) on 2 one-GPU machines with 1 server, after a
+    # compute-free profile: the period is the round itself
+    n = 1 << 20
+    prof = Profile("toy", 1, ["p"], [n // 4], 4, ["p"], [0.0], [0.0], 0.0, 0.0, [0.0], "test", 1.0)
+    t = simulate.simulate("bsp-ps", prof, c, 2, simulate.Options(stack="ddlbench", servers=1)).period_s
+    assert t == pytest.approx(a + b * n, rel=1e-6)
 
 
 def test_commbench_fit_needs_two_sizes():
