@@ -236,6 +236,7 @@ def _neighbours(model: str, local_batch: int, threads: int | None, n: int):
         yield
         return
     import multiprocessing as mp
+    import time
 
     ctx = mp.get_context("spawn")
     ready, stop = ctx.Semaphore(0), ctx.Event()
@@ -244,11 +245,15 @@ def _neighbours(model: str, local_batch: int, threads: int | None, n: int):
     for proc in procs:
         proc.start()
     try:
-        for _ in procs:
-            if not ready.acquire(timeout=NEIGHBOUR_START_S):
-                dead = [p.exitcode for p in procs if p.exitcode is not None]
-                raise RuntimeError(f"profile: {n} neighbour worker(s) of {model} not running after "
-                                   f"{NEIGHBOUR_START_S:.0f} s (exit codes {dead or 'none yet'})")
+        deadline, started = time.monotonic() + NEIGHBOUR_START_S, 0
+        while started < n:
+            if ready.acquire(timeout=0.5):
+                started += 1
+                continue
+            dead = [p.exitcode for p in procs if p.exitcode is not None]
+            if dead or time.monotonic() > deadline:
+                raise RuntimeError(f"profile: {n - started} of {n} neighbour worker(s) of {model} not running "
+                                   f"({f'exited with {dead}' if dead else f'after {NEIGHBOUR_START_S:.0f} s'})")
         yield
     finally:
         stop.set()

@@ -157,6 +157,10 @@ def test_measured_profile_of_a_worker_sharing_the_machine(tmp_path, monkeypatch)
     assert alive == [2] and not multiprocessing.active_children()
     assert "beside 2 more worker(s)" in p.source and p.samples_per_sec_1 == pytest.approx(2 / p.compute_s)
     assert (tmp_path / "tiny-resnet-b2-cpu-t1-s3-measured.json").exists()
+    # a neighbour that dies ends the measurement at once, with why, and none is left behind
+    with pytest.raises(RuntimeError, match="neighbour worker.*exited with"):
+        profile.measured("no-such-model", 2, "cpu", threads=1, sharers=2, cache=False)
+    assert not multiprocessing.active_children()
     for bad, device in ((0, "cpu"), (2, "cuda")):
         with pytest.raises(ValueError, match=f"sharers={bad}.*accepted"):
             profile.measured("tiny-resnet", 2, device, sharers=bad, cache=False)
