@@ -94,20 +94,22 @@ def parse(argv) -> argparse.Namespace:
     a.workers = list(range(2, counts[0] + 1)) if len(counts) == 1 else counts
     if not a.workers or min(a.workers) < 2:
         raise BadInput(f"workers={counts} is invalid; accepted: N >= 2 (collectives need two workers)")
-    a.backends_arg, a.backends = a.backends, resolve_backends(a)
     if a.link is not None:
         from ddlbench.launch.netns import BadSetting, check_rate
 
         try:
-            check_rate(a.link, "link")
+            rate = check_rate(a.link, "link")
         except BadSetting as exc:
             raise BadInput(str(exc)) from None
-        if a.backends_arg == "auto":  # every available one that can start across the hosts
-            a.backends = [x for x in a.backends if x[0] in ACROSS_HOSTS]
-        other = [b for b, _, _ in a.backends if b not in ACROSS_HOSTS]
+        if rate is None:
+            raise BadInput(f"link={a.link!r} sets no rate; accepted: a tc rate such as 100mbit or 1gbit")
+        other = [] if a.backends == "auto" else [b for b in _list(a.backends, BACKENDS, "backend") if b not in ACROSS_HOSTS]
         if other:
             raise BadInput(f"backends {','.join(other)} with --link={a.link}: each host's rank starts under torchrun; "
                            f"accepted: {', '.join(ACROSS_HOSTS)}")
+    a.backends = resolve_backends(a)
+    if a.link is not None:  # auto: every available one that torchrun starts across the hosts
+        a.backends = [x for x in a.backends if x[0] in ACROSS_HOSTS]
     return a
 
 
@@ -152,6 +154,10 @@ def launch(backend: str, device: str, workers: int, spec: dict, timeout: float, 
         target = ["-m", "ddlbench.commbench.worker", f"{tmp}/spec.json"]
         procs = workers + (1 if spec["mode"] == "ps" else 0)  # ps: the last rank is the server
         if cluster is not None:
+            if device == "cuda" and not env.get("CUDA_VISIBLE_DEVICES"):
+                import torch
+
+                env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(torch.cuda.device_count()))
             rc = run_jobs(across_hosts(cluster, procs, target, env), timeout)
             return _rows(spec, rc, backend, workers, timeout, env)
         if backend == "mpi4py":
@@ -188,12 +194,16 @@ def across_hosts(cluster, workers: int, target: list[str], env: dict) -> list[tu
     from ddlbench.launch.local import torchrun
 
     if workers > len(cluster.hosts):
-        raise BadInput(f"workers={workers} needs {workers} emulated hosts; the cluster has {len(cluster.hosts)}")
+        raise BadInput(f"{workers} ranks need {workers} emulated hosts and the cluster that is up has "
+                       f"{len(cluster.hosts)}; accepted: at most {len(cluster.hosts)}, or `make cluster-down` first")
     port = random.randrange(20000, 60000)  # host 0's namespace has its own port space
     first = cluster.hosts[0].address
+    # hosts of one machine share its GPUs: host i's rank gets visible GPU i (wrapping around)
+    gpus = [g for g in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
     return [([*h.exec_prefix(), *torchrun(1, target, (f"--nnodes={workers}", f"--node-rank={i}",
                                                       f"--master-addr={first}", f"--master-port={port}"))],
-             {**env, **h.env()}) for i, h in enumerate(cluster.hosts[:workers])]
+             {**env, **h.env(), **({"CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)]} if gpus else {})})
+            for i, h in enumerate(cluster.hosts[:workers])]
 
 
 def run_jobs(jobs: list[tuple[list[str], dict]], timeout_s: float) -> int | None:

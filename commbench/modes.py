@@ -11,8 +11,8 @@ flat buffer (copies in and out included), and DDP-style 25 MiB buckets.
 
 ps: push and pull through this project's parameter-server engine on its default wire
 (methods.ps_zmq: ZeroMQ, as BytePS's ps-lite), the last rank the one server, the others workers
-(one per machine): per size, one message's round, every worker pushing its partitions, the
-server summing them and every worker pulling the average. The predictor's PS links are fitted
+(one per machine): per size up to one partition, one message's round, every worker pushing it,
+the server summing and every worker pulling the average. The predictor's PS links are fitted
 to these rounds (predict.network.commbench_network).
 """
 from __future__ import annotations
@@ -135,11 +135,11 @@ def ps(be, spec, emit) -> None:
     pp = ps_zmq.TRANSPORT(ctx, layout, PS_PARTITION_BYTES)
     from ddlbench.commbench.worker import sizes
 
-    todo = [n for n in sizes(spec)]
+    todo = [n for n in sizes(spec) if n <= PS_PARTITION_BYTES]  # one partition each: what the fit reads
     pp.prepare([max(1, n // 4) for n in todo])
     it = 0
     for m, nbytes in enumerate(todo):
-        x = torch.ones(max(1, nbytes // 4))
+        x = torch.ones(max(1, nbytes // 4), device=be.device)
         times = []
         dist.barrier(group=workers)
         for i in range(spec["warmup"] + spec["iters"]):

@@ -102,7 +102,7 @@ def main(argv=None) -> int:
         choice = resolve(a.model, a.workers, batch, net, source, device, a.profile,
                          stack="study" if a.cluster == "slurm" and a.profile == "study" else "ddlbench", threads=threads,
                          sharers=sharers)
-    except ValueError as exc:
+    except (ValueError, RuntimeError) as exc:  # RuntimeError: the profile's neighbour workers failed
         print(f"auto: error: {exc}", file=sys.stderr)
         return 2
     ranked = sorted(choice["predicted"].items(), key=lambda kv: -kv[1])

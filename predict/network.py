@@ -280,6 +280,18 @@ def emulated_spec(rate: str, directory: Path | None = None) -> dict:
                                  f"(this machine's software stack, unchanged by the namespaces; no netem)"}}
 
 
+def _emulated_rate_bps(name: str) -> float | None:
+    """The tc rate of an emulated-<rate> network, or None (another network, or no rate set)."""
+    if not name.startswith(EMULATED):
+        return None
+    from ddlbench.launch.netns import BadSetting, check_rate
+
+    try:
+        return check_rate(name[len(EMULATED):])
+    except BadSetting:
+        return None
+
+
 def load(name: str, directory: Path | None = None) -> Cluster:
     """`conf/network/<name>.yaml` as a Cluster. A config names its links (`inter`, `intra`) by
     two points, an all-reduce fit, a rate, or alpha/beta; `intra_from` borrows another config's
@@ -301,11 +313,12 @@ def load(name: str, directory: Path | None = None) -> Cluster:
         intra, gpus = intra or node.intra, gpus or node.gpus_per_node
     table = {int(k): (float(v[0]), float(v[1])) for k, v in (spec.get("mgwfbp_alpha_beta") or {}).items()}
     inter, ps, sources = _link(spec.get("inter")), _link(spec.get("ps")), dict(spec.get("sources", {}))
-    if name.startswith(EMULATED) and inter is not None:
+    rate_bps = _emulated_rate_bps(name)
+    if rate_bps is not None and inter is not None:
         # the emulated links are tc token buckets (launch.netns._tbf), measured or not
-        from ddlbench.launch.netns import check_rate, tbf_burst_bytes
+        from ddlbench.launch.netns import tbf_burst_bytes
 
-        burst = tbf_burst_bytes(check_rate(name[len(EMULATED):]))
+        burst = tbf_burst_bytes(rate_bps)
         inter = replace(inter, burst_bytes=burst)
         # a PS round's push and pull phases alternate, so each link direction refills its bucket
         # while the other works and the round's slope understates the rate: the PS wire keeps
@@ -329,10 +342,6 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
     >= 0), kept as a 2-rank all-reduce (per link: alpha = a / 2, beta = b). One worker per node:
     every worker of a local run is its own endpoint on the measured path. The data it came from
     is written into the config beside its source."""
-    import statistics
-
-    from ddlbench.methods.mgwfbp import fit_alpha_beta
-
     # from 2 elements per rank up: a smaller all-reduce is not a ring (Gloo's ring splits the
     # buffer into one chunk per rank; one 4-byte element took 0.27 ms across two emulated hosts,
     # 16 bytes 1.5 ms), and least relative squares would take its alpha from that point alone
@@ -343,15 +352,11 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
     if backend is None and backends:
         backend = backends[0]
     usable = [r for r in usable if r.get("backend") == backend]
-    by_size: dict[int, list[float]] = {}
-    for r in usable:
-        by_size.setdefault(int(r["bytes"]), []).append(float(r["time_us"]) * 1e-6)
-    if len(by_size) < 2:
-        raise ValueError(f"commbench records give {len(by_size)} all-reduce sizes at 2 workers (fp32, backend "
-                         f"{backend!r}); accepted: at least 2 (run make commbench WORKERS=2)")
-    sizes = sorted(by_size)
-    times = [statistics.median(by_size[s]) for s in sizes]
-    a, b = fit_alpha_beta(sizes, times)
+    fit = _fit_sizes(usable)
+    if fit is None:
+        raise ValueError(f"commbench records give {len({r['bytes'] for r in usable})} all-reduce sizes at 2 workers "
+                         f"(fp32, backend {backend!r}); accepted: at least 2 (run make commbench WORKERS=2)")
+    sizes, times, a, b = fit
     device = usable[0].get("device", "?")
     out = {
         "name": name,
@@ -363,7 +368,7 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
                              f"(methods.mgwfbp.fit_alpha_beta), a = {a:.4g} s, b = {b:.4g} s/B"},
         "data": {"bytes": sizes, "time_s": times},
     }
-    ps = _ps_fit(rows, fit_alpha_beta)
+    ps = _ps_fit(rows)
     if ps is not None:
         (alpha, beta, ps_sizes, ps_times, partition) = ps
         out["ps"] = {"alpha_s": alpha, "beta_s_per_byte": beta}
@@ -375,25 +380,37 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
     return out
 
 
-def _ps_fit(rows: list[dict], fit_alpha_beta):
+def _fit_sizes(rows: list[dict]):
+    """(sizes, times, a, b): each size's median over repeated records of its mean call time, and
+    t = a + b n through them by the predictor's fit (methods.mgwfbp.fit_alpha_beta: least
+    relative squares, a, b >= 0); None with fewer than 2 sizes."""
+    import statistics
+
+    from ddlbench.methods.mgwfbp import fit_alpha_beta
+
+    by_size: dict[int, list[float]] = {}
+    for r in rows:
+        by_size.setdefault(int(r["bytes"]), []).append(float(r["time_us"]) * 1e-6)
+    if len(by_size) < 2:
+        return None
+    sizes = sorted(by_size)
+    times = [statistics.median(by_size[s]) for s in sizes]
+    return (sizes, times, *fit_alpha_beta(sizes, times))
+
+
+def _ps_fit(rows: list[dict]):
     """(alpha, beta, sizes, times, partition) of the PS wire from commbench's `ps` rows at 2
     workers, or None without them. The simulator's round for one partition of n bytes on 2
     machines and 1 server (simulate.PSComm: a push on each machine's uplink, the server's downlink
     taking both, a pull on the server's uplink carrying both, cut through to each machine) takes
     2 alpha + 4 n beta: so alpha = a / 2, beta = b / 4. Sizes up to one partition: beyond it the
     engine pipelines partitions."""
-    import statistics
-
     ps = [r for r in rows if r.get("mode") == "ps" and r.get("workers") == 2 and r.get("time_us")
           and not r.get("wrong") and "error" not in r and r["bytes"] <= r.get("partition_bytes", 4_096_000)]
-    by_size: dict[int, list[float]] = {}
-    for r in ps:
-        by_size.setdefault(int(r["bytes"]), []).append(float(r["time_us"]) * 1e-6)
-    if len(by_size) < 2:
+    fit = _fit_sizes(ps)
+    if fit is None:
         return None
-    sizes = sorted(by_size)
-    times = [statistics.median(by_size[s]) for s in sizes]
-    a, b = fit_alpha_beta(sizes, times)
+    sizes, times, a, b = fit
     return a / 2, b / 4, sizes, times, ps[0].get("partition_bytes", 4_096_000)
 
 

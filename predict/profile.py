@@ -176,7 +176,7 @@ def _hooked_pass(model: str, w, batch, now) -> "Profile":
                    [0.0] * len(named), "roofline", 0.0)
 
 
-SHARED_WINDOW_S = 3.0      # measuring beside neighbours: at least this long (hundreds of scheduler slices)
+WINDOW_S = 3.0             # a measured profile covers at least this long (hundreds of scheduler slices)
 NEIGHBOUR_START_S = 300.0  # a neighbour builds its model and runs two steps within this, or the measurement fails
 
 
@@ -184,25 +184,29 @@ def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, 
              cache: bool = True, threads: int | None = None, sharers: int = 1) -> Profile:
     """The profile measured on `device` by one worker (PROFILE_FROM=measured): forward and backward
     per layer from the hooks of `_hooked_pass` on the wall clock (CUDA synchronised at every
-    reading on a GPU, as the study's MG-WFBP profiler did), the median of `iters` passes after
-    `warmup`; the momentum-SGD step timed whole and shared by parameter size. Its one-worker
-    throughput is its own (batch / compute). On the CPU, `threads`: the intra-op threads one
-    worker of the predicted run will have (the launchers share the cores out, config.threads_for),
-    else this process's; `sharers`: the workers of that run on this machine's cores (CLUSTER=local
-    and emulated: all of them), so `sharers - 1` other processes run the same training step at the
-    same threads while this one measures: the device one worker of that run gets, which two
-    workers on two cores halve even at one thread each (memory, caches: tiny-resnet here runs
-    forward+backward in ~10 ms alone, ~18 ms beside a second copy). No communication runs: it
-    is a one-worker profile on a shared machine, not a multi-worker result. Both are named in the
-    source. Cached per model, batch, device, threads and sharers."""
+    reading on a GPU, as the study's MG-WFBP profiler did), the medians over at least `iters`
+    passes after `warmup` and at least WINDOW_S seconds, scaled to the mean whole iteration over
+    that window (a throughput is a mean: on a shared machine an iteration is either untouched or
+    waits out others' time slices); the momentum-SGD step timed whole and shared by parameter
+    size. Its one-worker throughput is its own (batch / compute). On the CPU, `threads`: the
+    intra-op threads one worker of the predicted run will have (the launchers share the cores
+    out, config.threads_for), else this process's; `sharers`: the workers of that run on this
+    machine's cores (CLUSTER=local and emulated: all of them), so `sharers - 1` other processes
+    run the same training step at the same threads while this one measures: the device one
+    worker of that run gets (tiny-resnet here: 9 ms per step alone at one thread, 10-12 ms beside
+    a second copy, 22-25 ms beside three on two cores). No communication runs: it is a one-worker
+    profile on a shared machine, not a multi-worker result. Both are named in the source. Cached
+    per model, batch, device, threads, sharers and window."""
     import torch
 
     dev = torch.device(device)
     if sharers < 1 or (sharers > 1 and dev.type != "cpu"):
-        raise ValueError(f"sharers={sharers!r} is invalid for device {device!r}; accepted: 1, or >= 1 on the cpu "
-                         f"(a GPU worker has its own device)")
+        raise ValueError(f"sharers={sharers!r} is invalid for device {device!r}; accepted: >= 1 on the cpu, 1 on a "
+                         f"GPU (a GPU worker has its own device)")
+    if iters < 1 or warmup < 0:
+        raise ValueError(f"iters={iters}, warmup={warmup} are invalid; accepted: iters >= 1, warmup >= 0")
     threads = (threads or torch.get_num_threads()) if dev.type == "cpu" else None
-    key = f"{f'-t{threads}' if threads else ''}{f'-s{sharers}' if sharers > 1 else ''}"
+    key = f"{f'-t{threads}' if threads else ''}{f'-s{sharers}' if sharers > 1 else ''}-w{WINDOW_S:g}"
     path = CACHE_DIR / f"{model}-b{local_batch}-{device.replace(':', '')}{key}-measured.json"
     cached = _read_cached(path) if cache else None
     if cached is not None:
@@ -211,18 +215,15 @@ def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, 
     if threads:
         torch.set_num_threads(threads)
     try:
-        with _neighbours(model, local_batch, threads, sharers - 1):
-            out, mean_s = _measure(model, local_batch, dev, iters, warmup, SHARED_WINDOW_S if sharers > 1 else 0.0)
+        with _neighbours(model, local_batch, threads, sharers - 1) as check:
+            out, mean_s = _measure(model, local_batch, dev, iters, warmup, WINDOW_S)
+            check()
     finally:
         torch.set_num_threads(before)
-    what = f"median of {iters} iterations"
-    if sharers > 1:
-        # the scheduler time-slices more processes than cores: an iteration is either untouched or
-        # waits out others' slices, so the throughput is the mean over a window many slices long
-        out = out.scaled(local_batch / mean_s, "")
-        what = f"per-layer medians scaled to the mean iteration over >= {SHARED_WINDOW_S:g} s, beside {sharers - 1} " \
-               f"more worker(s) running the same step on this machine's cores"
-    out.source = f"measured: one worker on {device}{f' at {threads} threads' if threads else ''}, hooks, {what}"
+    beside = f", beside {sharers - 1} more worker(s) running the same step on this machine's cores" if sharers > 1 else ""
+    out = out.scaled(local_batch / mean_s, "")
+    out.source = f"measured: one worker on {device}{f' at {threads} threads' if threads else ''}{beside}, hooks, " \
+                 f"per-layer medians scaled to the mean iteration over >= {iters} iterations and {WINDOW_S:g} s"
     if cache:
         _write_cached(path, out)
     return out
@@ -231,30 +232,39 @@ def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, 
 @contextmanager
 def _neighbours(model: str, local_batch: int, threads: int | None, n: int):
     """`n` processes, each training `model` at `threads` threads in a loop, from the moment each
-    has run two steps (warm) until the block ends; none when n = 0."""
+    has run two steps (warm) until the block ends; none when n = 0. Yields a check that raises
+    if one of them is no longer running (a measurement beside fewer is not the one asked for)."""
     if n < 1:
-        yield
+        yield lambda: None
         return
     import multiprocessing as mp
     import time
 
     ctx = mp.get_context("spawn")
     ready, stop = ctx.Semaphore(0), ctx.Event()
-    procs = [ctx.Process(target=_neighbour, args=(model, local_batch, threads, ready, stop), daemon=True)
-             for _ in range(n)]
-    for proc in procs:
-        proc.start()
+    procs = []
+
+    def dead() -> list:
+        return [p.exitcode for p in procs if p.exitcode is not None]
+
+    def check() -> None:
+        if dead():
+            raise RuntimeError(f"profile: a neighbour worker of {model} exited with {dead()} during the "
+                               f"measurement; accepted: all {n} running throughout (run it again)")
+
     try:
+        for _ in range(n):
+            procs.append(ctx.Process(target=_neighbour, args=(model, local_batch, threads, ready, stop), daemon=True))
+            procs[-1].start()
         deadline, started = time.monotonic() + NEIGHBOUR_START_S, 0
         while started < n:
             if ready.acquire(timeout=0.5):
                 started += 1
                 continue
-            dead = [p.exitcode for p in procs if p.exitcode is not None]
-            if dead or time.monotonic() > deadline:
+            if dead() or time.monotonic() > deadline:
                 raise RuntimeError(f"profile: {n - started} of {n} neighbour worker(s) of {model} not running "
-                                   f"({f'exited with {dead}' if dead else f'after {NEIGHBOUR_START_S:.0f} s'})")
-        yield
+                                   f"({f'exited with {dead()}' if dead() else f'after {NEIGHBOUR_START_S:.0f} s'})")
+        yield check
     finally:
         stop.set()
         for proc in procs:

@@ -19,6 +19,8 @@ from ddlbench.commbench.cli import BadInput, parse
         (["--workers", "1"], ["workers", "N >= 2"]),
         (["--link", "fast"], ["'fast'", "link"]),
         (["--link", "1gbit", "--backends", "mpi4py"], ["mpi4py", "--link=1gbit", "accepted: gloo"]),
+        (["--link", "1gbit", "--backends", "horovod"], ["horovod", "--link=1gbit", "accepted: gloo"]),
+        (["--link", "none"], ["link='none'", "accepted: a tc rate"]),
     ],
 )
 def test_bad_input_is_a_clear_error(args, words):

@@ -184,7 +184,8 @@ def test_commbench_timeout_kills_the_launchers_whole_process_group(tmp_path):
     # peers would wait for it until the timeout), and the failure's exit code is the job's
     marker.unlink()
     t0 = time.monotonic()
-    assert run_jobs([(["sh", "-c", script], dict(os.environ)), (["sh", "-c", "sleep 1; exit 3"], dict(os.environ))],
+    fail_once_up = f"while [ ! -s {marker} ]; do sleep 0.1; done; exit 3"  # once the other's rank runs
+    assert run_jobs([(["sh", "-c", script], dict(os.environ)), (["sh", "-c", fail_once_up], dict(os.environ))],
                     60.0) == 3
     assert time.monotonic() - t0 < 10
     wait_gone(int(marker.read_text()), "the surviving host's rank outlived its peer's failure")

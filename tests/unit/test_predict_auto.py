@@ -117,6 +117,7 @@ def test_measured_profile_of_a_tiny_model(tmp_path, monkeypatch):
 
     before = torch.get_num_threads()
     monkeypatch.setattr(profile, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(profile, "WINDOW_S", 0.2)
     p = cli.load_profile("tiny-resnet", 2, None, "measured", "cpu")
     assert p.source.startswith("measured") and p.forward_s > 0 and p.backward_s > 0
     assert sorted(p.ready_names) == sorted(p.names) and p.ready_names[0] == p.names[-1]  # backward: last layer first
@@ -136,8 +137,10 @@ def test_measured_profile_of_a_tiny_model(tmp_path, monkeypatch):
     finally:
         torch.set_num_threads(before)
     assert "at 1 threads" in one.source
-    assert {f.name for f in tmp_path.glob("*.json")} == {f"tiny-resnet-b2-cpu-t{before}-measured.json",
-                                                          "tiny-resnet-b2-cpu-t1-measured.json"}
+    assert {f.name for f in tmp_path.glob("*.json")} == {f"tiny-resnet-b2-cpu-t{before}-w0.2-measured.json",
+                                                          "tiny-resnet-b2-cpu-t1-w0.2-measured.json"}
+    with pytest.raises(ValueError, match="iters=0.*accepted: iters >= 1"):
+        profile.measured("tiny-resnet", 2, iters=0, cache=False)
 
 
 def test_measured_profile_of_a_worker_sharing_the_machine(tmp_path, monkeypatch):
@@ -148,7 +151,7 @@ def test_measured_profile_of_a_worker_sharing_the_machine(tmp_path, monkeypatch)
     import multiprocessing
 
     monkeypatch.setattr(profile, "CACHE_DIR", tmp_path)
-    monkeypatch.setattr(profile, "SHARED_WINDOW_S", 0.2)
+    monkeypatch.setattr(profile, "WINDOW_S", 0.2)
     alive = []
     inner = profile._measure
     monkeypatch.setattr(profile, "_measure", lambda *a: (alive.append(
@@ -156,7 +159,20 @@ def test_measured_profile_of_a_worker_sharing_the_machine(tmp_path, monkeypatch)
     p = cli.load_profile("tiny-resnet", 2, None, "measured", "cpu", threads=1, sharers=3)
     assert alive == [2] and not multiprocessing.active_children()
     assert "beside 2 more worker(s)" in p.source and p.samples_per_sec_1 == pytest.approx(2 / p.compute_s)
-    assert (tmp_path / "tiny-resnet-b2-cpu-t1-s3-measured.json").exists()
+    # a neighbour that dies during the measurement fails it: it was not beside W-1 workers
+    real = profile._measure
+
+    def kill_one(*a):
+        out = real(*a)
+        multiprocessing.active_children()[0].kill()
+        multiprocessing.active_children()[0].join() if multiprocessing.active_children() else None
+        return out
+    monkeypatch.setattr(profile, "_measure", kill_one)
+    with pytest.raises(RuntimeError, match="exited with .* during the measurement"):
+        profile.measured("tiny-resnet", 2, "cpu", threads=1, sharers=2, cache=False)
+    monkeypatch.setattr(profile, "_measure", real)
+    assert not multiprocessing.active_children()
+    assert (tmp_path / "tiny-resnet-b2-cpu-t1-s3-w0.2-measured.json").exists()
     # a neighbour that dies ends the measurement at once, with why, and none is left behind
     with pytest.raises(RuntimeError, match="neighbour worker.*exited with"):
         profile.measured("no-such-model", 2, "cpu", threads=1, sharers=2, cache=False)
