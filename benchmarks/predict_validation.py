@@ -104,13 +104,15 @@ def run_threads(rec: dict) -> int:
     return int(t) if t else threads_for(rec["workers"] + (rec.get("servers") or 0))
 
 
-def local(results: str, local_network: str | None, shared_host: bool = True, runs: list | None = None) -> dict:
-    """{method: [(predicted, measured)]} over our own records with a known network. Every worker of
-    a run here shared this machine's cores (local runs, and the emulated cluster's namespaces), so
-    with `shared_host` the setup's one-worker throughput is rescaled to the device one worker of
-    the W-worker run got: by the ratio of two profiles measured now, one worker alone at the
-    one-worker run's threads against one worker beside W-1 others at the W-worker run's threads
-    (profile.measured, sharers=W; no communication runs in either)."""
+def local(results: str, local_network: str | None) -> tuple[dict, dict, list]:
+    """Over our own records with a known network: ({method: [(predicted, measured)]} with the
+    workers sharing this machine, the same as if each had it alone, and the per-run rows
+    (method, network, workers, predicted, measured) of the first). Every worker of a run here
+    shared this machine's cores (local runs, and the emulated cluster's namespaces), so the
+    setup's one-worker throughput is rescaled to the device one worker of the W-worker run got:
+    by the ratio of two profiles measured now, one worker alone at the one-worker run's threads
+    against one worker beside W-1 others at the W-worker run's threads (profile.measured,
+    sharers=W; no communication runs in either)."""
     from ddlbench.analysis import tables
     from ddlbench.predict import profile
 
@@ -119,26 +121,23 @@ def local(results: str, local_network: str | None, shared_host: bool = True, run
     for r in recs:
         if r["workers"] == 1:
             base.setdefault((r["model"], r["local_batch"], tables.network_of(r)), []).append(r)
-    pairs = defaultdict(list)
-    runs = [] if runs is None else runs  # (method, network, workers, predicted, measured) per run, for the caller
+    shared, alone, runs = defaultdict(list), defaultdict(list), []
     for r in recs:
         net = record_network(r) or local_network
         key = (r["model"], r["local_batch"], tables.network_of(r))
         if r["workers"] < 2 or net is None or key not in base or r["method"] not in simulate.METHODS:
             continue
         x1 = statistics.mean(b["samples_per_sec"] for b in base[key])
-        if shared_host:
-            alone = profile.measured(r["model"], r["local_batch"], "cpu", threads=run_threads(base[key][0]))
-            beside = profile.measured(r["model"], r["local_batch"], "cpu", threads=run_threads(r), sharers=r["workers"])
-            x1 *= alone.compute_s / beside.compute_s
+        by_itself = profile.measured(r["model"], r["local_batch"], "cpu", threads=run_threads(base[key][0]))
+        beside = profile.measured(r["model"], r["local_batch"], "cpu", threads=run_threads(r), sharers=r["workers"])
         stack_opts = cli.study_opts((r.get("config") or {}).get("profile", {}).get("name", "local"), stack="ddlbench",
                                     backend=r.get("backend"))
-        p, _, _ = cli.predict(r["model"], [r["workers"]], net, (r["method"],), r["local_batch"], x1, stack_opts,
-                              explain=False)
-        pairs[r["method"]].append((p[(r["method"], r["workers"])].samples_per_sec, r["samples_per_sec"]))
-        runs.append((r["method"], net, r["workers"], p[(r["method"], r["workers"])].samples_per_sec,
-                     r["samples_per_sec"]))
-    return pairs
+        for pairs, one in ((shared, x1 * by_itself.compute_s / beside.compute_s), (alone, x1)):
+            p, _, _ = cli.predict(r["model"], [r["workers"]], net, (r["method"],), r["local_batch"], one, stack_opts,
+                                  explain=False)
+            pairs[r["method"]].append((p[(r["method"], r["workers"])].samples_per_sec, r["samples_per_sec"]))
+        runs.append((r["method"], net, r["workers"], *shared[r["method"]][-1]))
+    return shared, alone, runs
 
 
 def main(argv=None) -> int:
@@ -185,8 +184,7 @@ def main(argv=None) -> int:
     print("\nWhat dominates each prediction at 32 workers (then the largest exposed communication cost):")
     print(markdown(["method"] + models, [[m] + [s["dominant"][(model, m)] for model in models] for m in STUDY_METHODS]))
 
-    runs: list = []
-    shared, alone = local(a.results, a.local_network, runs=runs), local(a.results, a.local_network, shared_host=False)
+    shared, alone, runs = local(a.results, a.local_network)
     print(f"\nAgainst real runs under {a.results}:")
     if not shared:
         print("  none with a known network: runs need a one-worker run of their setup and a network "

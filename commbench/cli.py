@@ -270,19 +270,16 @@ def _hosts(a):
     if a.link is None:
         yield None
         return
-    from ddlbench.launch.emulated import _cluster
+    from ddlbench.launch.emulated import run_cluster
     from ddlbench.launch.netns import NetnsError
 
-    try:
-        need = a.workers + ([4] if "groups" in a.modes else []) + ([max(a.workers) + 1] if "ps" in a.modes else [])
-        ctx = _cluster(max(need), a.link, None)  # groups: 2 and 4 at least; ps: a server host
-        cluster = ctx.__enter__()
-    except NetnsError as exc:
-        raise BadInput(f"--link={a.link}: {exc}") from None
-    try:
+    need = a.workers + ([4] if "groups" in a.modes else []) + ([max(a.workers) + 1] if "ps" in a.modes else [])
+    with contextlib.ExitStack() as stack:
+        try:
+            cluster = stack.enter_context(run_cluster(max(need), a.link, None))  # groups: 2 and 4; ps: a server host
+        except NetnsError as exc:
+            raise BadInput(f"--link={a.link}: {exc}") from None
         yield cluster
-    finally:
-        ctx.__exit__(None, None, None)
 
 
 def _measure_all(a, spec: dict, base: dict, cluster) -> list[dict]:

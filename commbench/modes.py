@@ -23,7 +23,7 @@ import time
 import torch
 
 from ddlbench.commbench.collectives import pattern
-from ddlbench.commbench.worker import summarize
+from ddlbench.commbench.worker import sizes, summarize
 from ddlbench.methods.grouped import fuse_by_threshold
 
 
@@ -133,8 +133,6 @@ def ps(be, spec, emit) -> None:
     ctx = Context(rank=be.rank, world=W, device=be.device, tracer=NullTracer(), group=workers,
                   extra={"comm_timeout_s": 60})
     pp = ps_zmq.TRANSPORT(ctx, layout, PS_PARTITION_BYTES)
-    from ddlbench.commbench.worker import sizes
-
     todo = [n for n in sizes(spec) if n <= PS_PARTITION_BYTES]  # one partition each: what the fit reads
     pp.prepare([max(1, n // 4) for n in todo])
     it = 0

@@ -131,7 +131,7 @@ def run(cfg, rec: dict, run_dir: Path, results: Path) -> None:
 
     n = hosts_needed(cfg)
     L = cfg.launcher
-    with _cluster(n, str(L.link), None if L.intra_link is None else str(L.intra_link)) as c:
+    with run_cluster(n, str(L.link), None if L.intra_link is None else str(L.intra_link)) as c:
         used = netns.Cluster(c.hosts[:n], c.link, c.intra_link)
         links = used.measure()
         rec["network"] = used.describe(links)
@@ -149,7 +149,7 @@ def run(cfg, rec: dict, run_dir: Path, results: Path) -> None:
         launch_and_record(cfg, rec, run_dir, results, lambda k, d: launch(cfg, used, d, env))
 
 
-class _cluster:
+class run_cluster:
     """The interactive cluster if one is up and fits (left up after), else the run's own."""
 
     def __init__(self, n: int, link: str, intra_link: str | None):

@@ -40,7 +40,7 @@ same thing at the same time, and a server receives a partition from all m machin
   starts after that;
 - the emulated cluster's links are tc token buckets (`Link.burst_bytes`, launch.netns): each
   link direction passes what finds tokens at once and the rest at the rate, tokens coming back
-  while it idles (`Bucket`; modelled for the ring over one-worker machines and for PS links).
+  between transfers (`Bucket`; modelled for the ring over one-worker machines and for PS links).
 
 - ByteScheduler-A2A, stack "study": its partitions go through Horovod 0.19 at its defaults (the
   study's script sets none of HOROVOD_CYCLE_TIME, HOROVOD_FUSION_THRESHOLD, HOROVOD_CACHE_CAPACITY):
@@ -125,11 +125,13 @@ class Station:
     """One resource serving one job at a time: a link direction, a NCCL stream, an engine
     thread. FIFO, or `queue` (put/get: e.g. ps.ScheduledQueue) picks the next job. A job is
     (duration_s, min_end_s, on_start, on_done): it ends at max(start + duration, min_end), which
-    lets a transfer stream through two links at the slower one's pace."""
+    lets a transfer stream through two links at the slower one's pace. A link direction may have
+    a token bucket (`bucket`): its jobs' durations then come from `timed`, decided at their start."""
 
-    def __init__(self, sim: Sim, queue=None):
+    def __init__(self, sim: Sim, queue=None, bucket: "Bucket | None" = None):
         self.sim = sim
         self.queue = queue
+        self.bucket = bucket if bucket is not None and bucket.depth else None
         self.fifo: deque = deque()
         self.busy = False
 
@@ -167,32 +169,34 @@ class Station:
             on_done()
         self._next()
 
+    def timed(self, nbytes: float, base_s: float, extra_s: float = 0.0):
+        """A job's duration: `base_s` at the link's rate plus `extra_s`, less what this link
+        direction's bucket lets `nbytes` of it pass at once when the job starts."""
+        if self.bucket is None:
+            return base_s + extra_s
+        return lambda now: self.bucket.duration_s(now, nbytes, base_s) + extra_s
+
 
 class Bucket:
     """A token bucket in front of one link direction (tc tbf: the emulated cluster's links,
     `Link.burst_bytes` deep): a transfer's bytes that find tokens pass at once, the rest at the
-    link's rate; tokens come back at the rate while the link idles, up to the depth. With no
-    depth (a real link) it changes nothing."""
+    link's rate; tokens come back at the rate between transfers, up to the depth. A transfer's
+    alpha counts as part of it (no refill): its software cost runs on the same cores, and
+    commbench's fit, whose alpha this is, timed back-to-back calls on drained buckets. A
+    Station ignores a bucket of no depth (a real link)."""
 
-    def __init__(self, link: Link | None):
-        self.depth = link.burst_bytes if link is not None else 0.0
-        self.beta = link.beta_s_per_byte if link is not None else 0.0
+    def __init__(self, link: Link):
+        self.depth, self.beta = link.burst_bytes, link.beta_s_per_byte
         self.tokens, self.idle_from = self.depth, 0.0
 
     def duration_s(self, now: float, nbytes: float, base_s: float) -> float:
         """The duration of a transfer of `nbytes` (`base_s` at the rate) starting at `now`."""
-        if not self.depth:
-            return base_s
         tokens = min(self.depth, self.tokens + (now - self.idle_from) / self.beta)
         used = min(tokens, nbytes)
         self.tokens = tokens - used  # what the transfer leaves: sending at the rate refills nothing
         dur = max(0.0, base_s - used * self.beta)
         self.idle_from = now + dur
         return dur
-
-    def job(self, nbytes: float, base_s: float):
-        """A Station job's duration, decided when it starts."""
-        return base_s if not self.depth else (lambda now: self.duration_s(now, nbytes, base_s))
 
 
 # -- the cluster's communication, per worker ----------------------------------------------------
@@ -231,18 +235,18 @@ class AllReduceComm:
     """One NCCL stream: collectives one at a time, in submission order."""
 
     def __init__(self, sim: Sim, cluster: Cluster, workers: int, algorithm: str):
-        self.stream = Station(sim)
-        self.cluster, self.workers, self.algorithm = cluster, workers, algorithm
         m, g = cluster.nodes(workers)
         # a ring of one-worker machines (the emulated cluster) sends 2 (W-1) / W of each
-        # all-reduce through every link direction, each behind its own bucket, alike
-        self.bucket = Bucket(cluster.inter if m > 1 and g == 1 and algorithm == "ring" else None)
+        # all-reduce through every link direction, each behind its own bucket, alike: one stands
+        # for all
+        ring = m > 1 and g == 1 and algorithm == "ring"
+        self.stream = Station(sim, bucket=Bucket(cluster.inter) if ring else None)
+        self.cluster, self.workers, self.algorithm = cluster, workers, algorithm
 
     def send(self, nbytes: int, extra_s: float, on_done) -> None:
         w = self.workers
         dur = self.cluster.allreduce_s(nbytes, w, self.algorithm)
-        job = self.bucket.job(2 * (w - 1) / w * nbytes, dur)
-        self.stream.submit(((lambda now: job(now) + extra_s) if callable(job) else dur + extra_s, 0.0, None, on_done))
+        self.stream.submit((self.stream.timed(2 * (w - 1) / w * nbytes, dur, extra_s), 0.0, None, on_done))
 
 
 class HorovodCycle:
@@ -294,14 +298,11 @@ class PSComm:
         self.local_only = self.m == 1 and opts.stack == "study"  # BytePS with DMLC_NUM_WORKER=1
         self.node = Station(sim)
         if not self.local_only:
-            self.up, self.down = Station(sim), Station(sim)
-            self.server_in = [Station(sim) for _ in range(self.S)]
-            self.server_out = [Station(sim) for _ in range(self.S)]
-            # each link direction's token bucket (the emulated cluster's; nothing on a real link)
+            # each link direction, with its token bucket (the emulated cluster's; none on a real link)
             wire = cluster.ps or cluster.inter
-            self.b_up, self.b_down = Bucket(wire), Bucket(wire)
-            self.b_in = [Bucket(wire) for _ in range(self.S)]
-            self.b_out = [Bucket(wire) for _ in range(self.S)]
+            self.up, self.down = Station(sim, bucket=Bucket(wire)), Station(sim, bucket=Bucket(wire))
+            self.server_in = [Station(sim, bucket=Bucket(wire)) for _ in range(self.S)]
+            self.server_out = [Station(sim, bucket=Bucket(wire)) for _ in range(self.S)]
             threads = int(method_cfg.get("server_engine_threads", 8))
             self.threads = threads
             self.engine_map = [EngineMap(threads) for _ in range(self.S)]
@@ -339,9 +340,9 @@ class PSComm:
         def pull():
             def started(now, end):
                 sim.at(now + inter.alpha_s, self.down.submit,
-                       (self.b_down.job(nbytes, nbytes * inter.beta_s_per_byte), end, None, broadcast))
-            self.server_out[k].submit((self.b_out[k].job(self.fan_in * nbytes, inter.time_s(self.fan_in * nbytes)),
-                                       0.0, started, None))
+                       (self.down.timed(nbytes, nbytes * inter.beta_s_per_byte), end, None, broadcast))
+            out = self.server_out[k]
+            out.submit((out.timed(self.fan_in * nbytes, inter.time_s(self.fan_in * nbytes)), 0.0, started, None))
 
         def summed():
             if not self.summing:
@@ -362,12 +363,12 @@ class PSComm:
             summed()
 
         def push_started(now, end):
-            sim.at(now + inter.alpha_s, self.server_in[k].submit,
-                   (self.b_in[k].job(self.fan_in * nbytes, self.fan_in * nbytes * inter.beta_s_per_byte), end, None,
-                    held))
+            into = self.server_in[k]
+            sim.at(now + inter.alpha_s, into.submit,
+                   (into.timed(self.fan_in * nbytes, self.fan_in * nbytes * inter.beta_s_per_byte), end, None, held))
 
         def reduced():
-            self.up.submit((self.b_up.job(nbytes, inter.time_s(nbytes)), 0.0, push_started, None))
+            self.up.submit((self.up.timed(nbytes, inter.time_s(nbytes)), 0.0, push_started, None))
 
         self.node.submit((node_s, 0.0, None, reduced))
 
