@@ -146,7 +146,7 @@ layout = ps_node.setup(method, 1, servers, 1, 2, 60, startup)  # comm_timeout_s=
 engine = ps_engine(method)
 if rank >= 1:
     stats = engine.serve(rank, layout, NullTracer())
-    print("served", stats["pushes"], flush=True)
+    print(f"served {stats['pushes']}", flush=True)  # one write: the ranks share the pipe
 else:
     ctx = Context(rank=0, world=1, device=torch.device("cpu"), tracer=NullTracer(),
                   extra={"comm_timeout_s": 2, "startup_timeout_s": 60})
