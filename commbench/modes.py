@@ -13,7 +13,12 @@ ps: push and pull through this project's parameter-server engine on its default 
 (methods.ps_zmq: ZeroMQ, as BytePS's ps-lite), the last rank the one server, the others workers
 (one per machine): per size up to one partition, one message's round, every worker pushing it,
 the server summing and every worker pulling the average. The predictor's PS links are fitted
-to these rounds (predict.network.commbench_network).
+to these rounds (predict.network.commbench_network). Then bursts, as WFBP pushes during backward:
+every worker pushes PS_BURST_KEYS keys back to back and waits for all, at two sizes; with the
+wall time each burst row carries the machine's busy CPU per worker-message (`cpu_busy_s`, from
+/proc/stat over the timed bursts: every process on it, the kernel's networking included), and
+`cores`. Where workers and servers share one machine's cores (a local run, the emulated cluster),
+that CPU is taken from the workers' compute: the predictor charges it there (network.HostCpu).
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ import time
 
 import torch
 
+from ddlbench import hostcpu
 from ddlbench.commbench.collectives import pattern
 from ddlbench.commbench.worker import sizes, summarize
 from ddlbench.methods.grouped import fuse_by_threshold
@@ -116,6 +122,8 @@ def fusion(be, spec, emit) -> None:
 
 
 PS_PARTITION_BYTES = 4_096_000  # BytePS's partition, as conf/method/*-ps.yaml
+PS_BURST_KEYS = 32               # keys per burst: about a small CNN's tensors, pushed one each by WFBP
+PS_BURST_BYTES = (256, 65_536)   # the two sizes of a burst's keys: the fit's per-message and per-byte CPU
 
 
 def ps(be, spec, emit) -> None:
@@ -134,7 +142,8 @@ def ps(be, spec, emit) -> None:
                   extra={"comm_timeout_s": 60})
     pp = ps_zmq.TRANSPORT(ctx, layout, PS_PARTITION_BYTES)
     todo = [n for n in sizes(spec) if n <= PS_PARTITION_BYTES]  # one partition each: what the fit reads
-    pp.prepare([max(1, n // 4) for n in todo])
+    bursts = [[len(todo) + j * PS_BURST_KEYS + k for k in range(PS_BURST_KEYS)] for j in range(len(PS_BURST_BYTES))]
+    pp.prepare([max(1, n // 4) for n in todo] + [n // 4 for n in PS_BURST_BYTES for _ in range(PS_BURST_KEYS)])
     it = 0
     for m, nbytes in enumerate(todo):
         x = torch.ones(max(1, nbytes // 4), device=be.device)
@@ -158,4 +167,30 @@ def ps(be, spec, emit) -> None:
         emit({"mode": "ps", "collective": "push_pull", "dtype": "fp32", "device": spec["device"], "workers": W,
               "servers": 1, "wire": "zmq", "partition_bytes": PS_PARTITION_BYTES, "wrong": int(wrong.item()),
               **summarize(max(everyone, key=lambda ts: sum(ts) / len(ts)), x.numel() * 4, "push_pull", W)})
+    for nbytes, keys in zip(PS_BURST_BYTES, bursts):
+        xs = [torch.ones(nbytes // 4, device=be.device) for _ in keys]
+        times = []
+        for i in range(spec["warmup"] + spec["iters"]):
+            dist.barrier(group=workers)
+            if i == spec["warmup"]:
+                busy0 = hostcpu.busy_s()
+            t0 = time.perf_counter()
+            for h in [pp.reduce_async(x, iteration=it, tensors=["x"], group=g) for x, g in zip(xs, keys)]:
+                h.wait()
+            it += 1
+            if i >= spec["warmup"]:
+                times.append(time.perf_counter() - t0)
+        dist.barrier(group=workers)
+        busy1 = hostcpu.busy_s()
+        # every key pushed ones by every worker: their average is ones
+        wrong = torch.tensor([sum(int((x != 1).sum().item()) for x in xs)])
+        dist.all_reduce(wrong, group=workers)
+        everyone = [None] * W
+        dist.all_gather_object(everyone, times, group=workers)
+        cpu = {"cpu_busy_s": (busy1 - busy0) / (spec["iters"] * W * len(keys)), "cores": hostcpu.cores()} \
+            if busy0 is not None else {}
+        emit({"mode": "ps", "collective": "push_pull_burst", "dtype": "fp32", "device": spec["device"], "workers": W,
+              "servers": 1, "wire": "zmq", "partition_bytes": PS_PARTITION_BYTES, "keys": len(keys),
+              "wrong": int(wrong.item()),
+              **cpu, **summarize(max(everyone, key=lambda ts: sum(ts) / len(ts)), nbytes, "push_pull", W)})
     pp.close()

@@ -12,7 +12,10 @@ batches), with nothing outside the clock:
   * after the block, one MAX all-reduce over the workers makes it the slowest rank's time.
 Per-iteration times are host stamps without device synchronisation, kept as a diagnostic only
 (`iter_times_s`); throughput comes from the block times (`block_time_s`). With tracing on, each
-block is a `measure` span in the trace. Formulas: `ddlbench.metrics`.
+block is a `measure` span in the trace. Each block also records how busy the cores of its
+machine were (`host_busy_cores`, each rank's own machine: hostcpu.busy_s over the block / its
+wall time; on a run that shares one machine, near `host_cores` means the run was bound by the
+CPU). Formulas: `ddlbench.metrics`.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from . import metrics
+from . import hostcpu, metrics
 from .models import data
 
 
@@ -38,6 +41,7 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
     batches = [workload.make_batch(ctx.seed, ctx.rank, b, ctx.device) for b in range(p.distinct_batches)]
     block_times: list[float] = []
     iter_times: list[float] = []
+    busy_cores: list[float] = []
     iteration = 0
 
     def one() -> None:
@@ -53,7 +57,7 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
             last = _tick(progress, heartbeat, repeat, i, last)
         first = iteration
         _sync(ctx.device)
-        t0, t0_us = time.perf_counter(), tracer.now_us()
+        t0, t0_us, busy0 = time.perf_counter(), tracer.now_us(), hostcpu.busy_s()
         stamps = [t0]
         for i in range(p.warmup_iters, p.warmup_iters + p.measured_iters):
             one()
@@ -61,7 +65,9 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
                 sync.flush()  # the block ends when its last communication has landed
             stamps.append(_tick(progress, heartbeat, repeat, i, stamps[-1]))
         _sync(ctx.device)
-        t1 = time.perf_counter()
+        t1, busy1 = time.perf_counter(), hostcpu.busy_s()
+        if busy0 is not None:
+            busy_cores.append((busy1 - busy0) / (t1 - t0))
         tracer.complete("measure", "measure", t0_us, tracer.now_us(),
                         {"iter": first, "iters": p.measured_iters, "repeat": repeat})
         slowest = _slowest_rank([t1 - t0] + [b - a for a, b in zip(stamps, stamps[1:])], ctx)
@@ -78,6 +84,8 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
         "samples_per_sec_std": std,
         "samples_per_sec_per_repeat": per_repeat_sps,
         "iterations_total": iteration,
+        "host_cores": hostcpu.cores(),
+        "host_busy_cores": busy_cores,
         **numerics(ctx.device),
     }
 

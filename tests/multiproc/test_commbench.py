@@ -89,11 +89,23 @@ def test_ps_mode_pushes_and_pulls_through_the_ps_engine_and_fits_the_ps_wire(tmp
     proc, rows = commbench(tmp_path, "--workers", "2", "--mode", "ps", "--max-bytes", "64KiB", "--iters", "3",
                            "--warmup", "1", "--dtypes", "fp32")
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert [r["bytes"] for r in rows] == [4 * 4**k for k in range(8)]
+    rounds = [r for r in rows if r["collective"] == "push_pull"]
+    assert [r["bytes"] for r in rounds] == [4 * 4**k for k in range(8)]
     for r in rows:
-        assert r["collective"] == "push_pull" and r["workers"] == 2 and r["servers"] == 1 and r["wire"] == "zmq"
+        assert r["workers"] == 2 and r["servers"] == 1 and r["wire"] == "zmq"
         assert r["wrong"] == 0 and 0 < r["time_us_min"] <= r["time_us_p50"] <= r["time_us_max"] and r["iters"] == 3
+    # then the bursts: 32 keys in flight per worker, the machine's busy CPU per worker-message
+    from ddlbench import hostcpu
+    from ddlbench.commbench.modes import PS_BURST_BYTES, PS_BURST_KEYS
+
+    bursts = [r for r in rows if r["collective"] == "push_pull_burst"]
+    assert [r["bytes"] for r in bursts] == list(PS_BURST_BYTES) and len(rows) == len(rounds) + len(bursts)
+    for r in bursts:
+        assert r["keys"] == PS_BURST_KEYS and r["cores"] == hostcpu.cores()
+        # busy at most every core for the whole burst, and not idle (3 processes exchanging messages)
+        assert 0 < r["cpu_busy_s"] * 2 * PS_BURST_KEYS <= r["time_us"] * 1e-6 * r["cores"] * 1.2
     sizes = [{"mode": "sizes", "collective": "all_reduce", "dtype": "fp32", "workers": 2, "backend": "gloo",
               "bytes": n, "time_us": 100.0 + n / 1e3, "wrong": 0} for n in (1024, 1 << 20)]
-    ps = network.commbench_network(sizes + rows, "x", "test")["ps"]
-    assert ps["alpha_s"] > 0 and ps["beta_s_per_byte"] >= 0
+    spec = network.commbench_network(sizes + rows, "x", "test")
+    assert spec["ps"]["alpha_s"] > 0 and spec["ps"]["beta_s_per_byte"] >= 0
+    assert spec["host_cpu"]["cores"] == hostcpu.cores() and spec["host_cpu"]["s_per_message"] > 0

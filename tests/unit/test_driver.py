@@ -5,12 +5,13 @@ tests/multiproc/test_reproduce.py.)"""
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import pytest
 import torch
 import torch.distributed as dist
 
-from ddlbench import config, driver, methods, models
+from ddlbench import config, driver, hostcpu, methods, models
 from ddlbench.models.data import batch_index
 from ddlbench.trace import Tracer
 
@@ -79,3 +80,15 @@ def test_batches_are_made_before_measuring_and_each_block_holds_its_iterations(g
     assert result["samples_per_sec_per_repeat"] == pytest.approx([1 * 2 * 3 / t for t in result["block_time_s"]])
     assert result["cudnn_benchmark"] is False and result["tf32"]["on"] is False  # a CPU run
     assert set(result["tf32"]) == {"matmul_allow_tf32", "cudnn_allow_tf32", "NVIDIA_TF32_OVERRIDE", "on"}
+    # how busy the machine's cores were in each block (coarse: /proc/stat counts 10 ms ticks)
+    assert result["host_cores"] == hostcpu.cores() and len(result["host_busy_cores"]) == 2
+    assert all(b >= 0 for b in result["host_busy_cores"])
+
+
+def test_the_machines_busy_cpu_counts_a_spinning_process():
+    if hostcpu.busy_s() is None:
+        pytest.skip("no /proc/stat on this machine")
+    b0, t0 = hostcpu.busy_s(), time.process_time()
+    while time.process_time() - t0 < 0.5:
+        pass
+    assert hostcpu.busy_s() - b0 >= 0.45  # this process's 0.5 s, and whatever else ran meanwhile
