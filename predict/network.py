@@ -97,6 +97,21 @@ class Link:
 
 
 @dataclass(frozen=True)
+class HostCpu:
+    """Workers and servers on one machine's `cores` (a local run, the emulated cluster): each PS
+    message a worker sends costs the machine `s_per_message + s_per_byte * n` busy CPU seconds
+    (the worker's and the server's processes, the kernel's networking), which the workers'
+    compute then lacks. Measured by commbench's ps bursts (hostcpu.busy_s)."""
+
+    cores: int
+    s_per_message: float
+    s_per_byte: float = 0.0
+
+    def message_s(self, nbytes: float) -> float:
+        return self.s_per_message + self.s_per_byte * nbytes
+
+
+@dataclass(frozen=True)
 class Cluster:
     """A network config resolved: the links, the node size and the servers' summing speed."""
 
@@ -110,6 +125,8 @@ class Cluster:
     sources: dict = field(default_factory=dict)
     ps: Link | None = None        # the PS wire between machines and servers where measured (commbench's
                                   # ps mode); None: `inter`, as for the study's BytePS over RDMA
+    host_cpu: HostCpu | None = None  # every host on one machine's cores (local, emulated): what a PS
+                                     # message costs them; None: each worker has a machine of its own
 
     def nodes(self, workers: int) -> tuple[int, int]:
         """(machines m, GPUs per machine g) for `workers` workers, filling nodes g at a time."""
@@ -273,6 +290,9 @@ def emulated_spec(rate: str, directory: Path | None = None) -> dict:
     base = base if (directory / f"{base}.yaml").exists() else "loopback"
     here = load(base, directory)
     ps = {"ps": {"rate_gbps": bps / 1e9, "alpha_s": here.ps.alpha_s}} if here.ps is not None else {}
+    if here.host_cpu is not None:  # the same machine's cores, whatever the links
+        ps["host_cpu"] = {"cores": here.host_cpu.cores, "s_per_message": here.host_cpu.s_per_message,
+                          "s_per_byte": here.host_cpu.s_per_byte}
     return {"name": f"{EMULATED}{rate}", "gpus_per_node": 1, **ps,
             "description": f"emulated: tc rate {rate} between namespaces, no added delay, 1 CPU worker per host",
             "inter": {"rate_gbps": bps / 1e9, "alpha_s": here.inter.alpha_s},
@@ -325,9 +345,12 @@ def load(name: str, directory: Path | None = None) -> Cluster:
         # its own per-message cost and takes the links' rate from the all-reduce (same tc rate)
         ps = replace(ps, beta_s_per_byte=inter.beta_s_per_byte, burst_bytes=burst) if ps is not None else None
         sources["burst"] = f"launch.netns.tbf_burst_bytes: the tbf bucket of every emulated link, {burst:.0f} B"
+    cpu = spec.get("host_cpu")
+    host_cpu = HostCpu(int(cpu["cores"]), float(cpu["s_per_message"]), float(cpu.get("s_per_byte", 0.0))) if cpu else None
     return Cluster(name=spec.get("name", name), intra=intra, inter=inter,
                    gpus_per_node=int(gpus or 1), server_mem_Bps=float(spec.get("server_mem_GBps", 0)) * 1e9,
-                   mgwfbp_table=table, description=spec.get("description", ""), sources=sources, ps=ps)
+                   mgwfbp_table=table, description=spec.get("description", ""), sources=sources, ps=ps,
+                   host_cpu=host_cpu)
 
 
 # -- the user's own network, from commbench ------------------------------------------------------
@@ -377,7 +400,37 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
                                 f"{partition} B partition) t = a + b n, fitted as the simulator's round on 2 "
                                 f"machines and 1 server: t = 2 alpha + 4 n beta")
         out["data_ps"] = {"bytes": ps_sizes, "time_s": ps_times}
+    cpu = _host_cpu_fit(rows)
+    if cpu is not None:
+        out["host_cpu"], sizes_cpu, busy = cpu
+        out["sources"]["host_cpu"] = (f"{source}: commbench's ps bursts ({sizes_cpu[0]} and {sizes_cpu[-1]} B keys), "
+                                      f"the machine's busy CPU per worker-message, {busy[0] * 1e3:.3f} and "
+                                      f"{busy[-1] * 1e3:.3f} ms, through both points; workers and servers on this "
+                                      f"machine's {out['host_cpu']['cores']} cores")
     return out
+
+
+def _host_cpu_fit(rows: list[dict]):
+    """({cores, s_per_message, s_per_byte}, sizes, busy) from commbench's 2-worker ps bursts:
+    the machine's busy CPU per worker-message at each key size (the median over repeated
+    records), a line through the smallest and the largest (per-byte cost at least 0), or None
+    without bursts that measured the CPU (no /proc/stat)."""
+    import statistics
+
+    by_size: dict[int, list[float]] = {}
+    cores = set()
+    for r in rows:
+        if r.get("mode") == "ps" and r.get("collective") == "push_pull_burst" and r.get("workers") == 2 \
+                and r.get("cpu_busy_s") is not None and not r.get("wrong") and "error" not in r:
+            by_size.setdefault(int(r["bytes"]), []).append(float(r["cpu_busy_s"]))
+            cores.add(int(r["cores"]))
+    if not by_size:
+        return None
+    sizes = sorted(by_size)
+    busy = [statistics.median(by_size[n]) for n in sizes]
+    slope = max(0.0, (busy[-1] - busy[0]) / (sizes[-1] - sizes[0])) if len(sizes) > 1 else 0.0
+    per_message = max(0.0, busy[0] - slope * sizes[0])
+    return {"cores": min(cores), "s_per_message": per_message, "s_per_byte": slope}, sizes, busy
 
 
 def _fit_sizes(rows: list[dict]):
@@ -405,7 +458,8 @@ def _ps_fit(rows: list[dict]):
     taking both, a pull on the server's uplink carrying both, cut through to each machine) takes
     2 alpha + 4 n beta: so alpha = a / 2, beta = b / 4. Sizes up to one partition: beyond it the
     engine pipelines partitions."""
-    ps = [r for r in rows if r.get("mode") == "ps" and r.get("workers") == 2 and r.get("time_us")
+    ps = [r for r in rows if r.get("mode") == "ps" and r.get("collective") == "push_pull" and r.get("workers") == 2
+          and r.get("time_us")
           and not r.get("wrong") and "error" not in r and r["bytes"] <= r.get("partition_bytes", 4_096_000)]
     fit = _fit_sizes(ps)
     if fit is None:

@@ -38,6 +38,12 @@ same thing at the same time, and a server receives a partition from all m machin
   schedule instead;
 - every other method updates all parameters after all communication, and the next forward
   starts after that;
+- workers and servers on one machine's cores (`Cluster.host_cpu`: a local run, the emulated
+  cluster): every PS message costs that machine CPU (the worker's and the server's processes,
+  the kernel's networking; measured by commbench's ps bursts), which the compute lacks while
+  the messages are in flight: backward takes W x (the messages' CPU per worker) / cores longer
+  (`host_cpu_s`), gradients appearing proportionally later. One partition's round was already
+  timed whole (the PS link's alpha), so a single message counts twice, by at most its CPU;
 - the emulated cluster's links are tc token buckets (`Link.burst_bytes`, launch.netns): each
   link direction passes what finds tokens at once and the rest at the rate, tokens coming back
   between transfers (`Bucket`; modelled for the ring over one-worker machines and for PS links).
@@ -453,6 +459,9 @@ def simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opts
     cluster.nodes(workers)  # validates the worker count against the network
     cfg = method_config(method, opts.bytescheduler_ps)
     p = plan or plan_for(method, profile, cluster, workers, opts)
+    cpu_s = host_cpu_s(p, profile, cluster, workers, cfg, opts)
+    if cpu_s:
+        profile = stretched_backward(profile, cpu_s)
     n = len(profile.names)
     tensor_bytes = profile.tensor_bytes
     updated = [0.0] * n
@@ -484,7 +493,39 @@ def simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opts
             f0 = max(b_end, max(done)) + unpack + sum(profile.update_s)
             updated = [f0] * n
     starts.append(f0)
-    return Result(method, workers, starts[-1] - starts[-2], profile.compute_s)
+    return Result(method, workers, starts[-1] - starts[-2], profile.compute_s - cpu_s)
+
+
+def bytescheduler_units(profile: Profile, cfg: dict) -> tuple[list[int], list[int]]:
+    """ByteScheduler's units: each parameter cut into `partition_params` pieces, in forward
+    order, and the parameter each unit belongs to."""
+    pp = int(cfg["partition_params"])
+    parts, param_of = [], []
+    for i, numel in enumerate(profile.numels):
+        for start in range(0, numel, pp):
+            parts.append(min(numel, start + pp) - start)
+            param_of.append(i)
+    return parts, param_of
+
+
+def host_cpu_s(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg: dict, opts: Options) -> float:
+    """The CPU of one iteration's PS messages on a machine whose cores every worker and server
+    share (`Cluster.host_cpu`), as the time the workers' compute waits for it: W workers' messages
+    (each partition one message, `ps.plan`) over the cores. 0 elsewhere."""
+    hc = cluster.host_cpu
+    if hc is None or not p.ps:
+        return 0.0
+    numels = bytescheduler_units(profile, cfg)[0] if p.bytescheduler else \
+        [sum(profile.numels[i] for i in m) for m in p.messages]
+    esize = profile.element_size
+    parts = plan(numels, esize, int(cfg["partition_bytes"]), opts.servers or cluster.nodes(workers)[0])
+    return workers * sum(hc.message_s(part.numel * esize) for ps in parts for part in ps) / hc.cores
+
+
+def stretched_backward(profile: Profile, extra_s: float) -> Profile:
+    """`profile` with backward `extra_s` longer, every gradient appearing proportionally later."""
+    k = (profile.backward_s + extra_s) / profile.backward_s if profile.backward_s > 0 else 1.0
+    return replace(profile, backward_s=profile.backward_s + extra_s, ready_s=[t * k for t in profile.ready_s])
 
 
 def _communicate(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg: dict, opts: Options,
@@ -498,12 +539,7 @@ def _communicate(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg:
     esize = profile.element_size
 
     if p.bytescheduler:
-        pp = int(cfg["partition_params"])
-        parts, param_of = [], []
-        for i in range(n):
-            for start in range(0, profile.numels[i], pp):
-                parts.append(min(profile.numels[i], start + pp) - start)
-                param_of.append(i)
+        parts, param_of = bytescheduler_units(profile, cfg)
         queue = CreditQueue(int(cfg["credit_params"]), parts)
         left = [0] * n
         for i in param_of:
@@ -571,7 +607,8 @@ def _communicate(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg:
 def explain(method: str, profile: Profile, cluster: Cluster, workers: int, opts: Options | None = None) -> dict:
     """Where the predicted iteration goes: compute, and the exposed communication attributed by
     re-simulating without each cost in turn: latency (every alpha 0), bandwidth (every beta 0),
-    server (servers as fast as one machine's link and summing free). Each share is what the
+    server (servers as fast as one machine's link and summing free), cpu (PS messages free of
+    the cores that workers and servers share, `Cluster.host_cpu`). Each share is what the
     iteration would lose without that cost alone; shares overlap and need not add up."""
     opts = opts or Options()
     plan = plan_for(method, profile, cluster, workers, opts)  # the same decisions in every what-if
@@ -588,7 +625,9 @@ def explain(method: str, profile: Profile, cluster: Cluster, workers: int, opts:
               "latency": without(intra={"alpha": False}, inter={"alpha": False}),
               "bandwidth": without(intra={"beta": False}, inter={"beta": False}),
               "server": max(0.0, base - simulate(method, profile, cluster, workers,
-                                                 replace(opts, server_contention=False), plan).period_s)}
+                                                 replace(opts, server_contention=False), plan).period_s),
+              "cpu": max(0.0, base - simulate(method, profile, replace(cluster, host_cpu=None), workers, opts,
+                                              plan).period_s)}
     exposed = max(0.0, base - profile.compute_s)
     comm = {k: v for k, v in shares.items() if k != "compute"}
     dominant = "compute" if profile.compute_s >= exposed or not any(comm.values()) else max(comm, key=comm.get)

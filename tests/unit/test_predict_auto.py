@@ -99,6 +99,28 @@ def test_commbench_ps_rounds_fit_the_simulators_ps_link(tmp_path):
     assert t == pytest.approx(a + b * n, rel=1e-6)
 
 
+def test_commbench_ps_bursts_fit_the_cpu_a_message_costs_the_shared_machine(tmp_path):
+    """commbench's ps bursts: the machine's busy CPU per worker-message at two key sizes (the
+    median of repeated records) give a line by hand; an emulated network nobody measured takes
+    it from this machine's own config, as it takes alpha."""
+    burst = {"mode": "ps", "collective": "push_pull_burst", "workers": 2, "servers": 1, "keys": 32, "wrong": 0,
+             "cores": 2, "time_us": 1e4}
+    rows = [{**burst, "bytes": 256, "cpu_busy_s": t} for t in (4e-4, 5e-4, 9e-4)]
+    rows += [{**burst, "bytes": 65536, "cpu_busy_s": 8e-4}]
+    rows += [{**burst, "bytes": 256, "cpu_busy_s": 1.0, "wrong": 3}, {**burst, "bytes": 256, "workers": 3,
+             "cpu_busy_s": 1.0}, {k: v for k, v in burst.items() if k != "cores"} | {"bytes": 1024}]  # ignored
+    spec = network.commbench_network(commbench_rows() + rows, "loopback", "test data")
+    slope = (8e-4 - 5e-4) / (65536 - 256)
+    assert spec["host_cpu"] == pytest.approx({"cores": 2, "s_per_message": 5e-4 - 256 * slope, "s_per_byte": slope})
+    assert "ps bursts" in spec["sources"]["host_cpu"]
+    network.write_config(spec, tmp_path)
+    c = network.load("loopback", tmp_path)
+    assert c.host_cpu.message_s(65536) == pytest.approx(8e-4)
+    assert network.load("emulated-300mbit", tmp_path).host_cpu == c.host_cpu
+    assert "host_cpu" not in network.commbench_network(commbench_rows(), "x", "test")  # no bursts measured
+    assert network.load("100gbib").host_cpu is None  # every worker a machine of its own
+
+
 def test_commbench_fit_needs_two_sizes():
     with pytest.raises(ValueError, match="at least 2"):
         network.commbench_network(commbench_rows()[:1], "x", "test")

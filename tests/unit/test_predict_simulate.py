@@ -199,3 +199,35 @@ def test_a_token_bucket_link_passes_its_burst_after_idling():
     # a real link (no bucket) is as before
     assert period("bsp-a2a", toy(), Cluster("toy", intra=None, inter=Link(0.25, 1.25e-5), gpus_per_node=1),
                   algorithm="ring") == pytest.approx(6.0)
+
+
+def test_ps_messages_take_the_shared_cores_from_backward():
+    """Workers and servers on one machine's 2 cores, each PS message 0.5 s of its CPU: the 2
+    workers' 3 WFBP-PS messages (3 s of CPU) make backward 1.5 s longer, each gradient later in
+    proportion; all-reduce methods are untouched."""
+    from dataclasses import replace
+
+    from ddlbench.predict.network import HostCpu
+
+    alone = Cluster("toy", intra=None, inter=Link(0.0, 1e-5), gpus_per_node=1)
+    shared = replace(alone, host_cpu=HostCpu(cores=2, s_per_message=0.5))
+    assert simulate.host_cpu_s(simulate.plan_for("wfbp-ps", toy(), shared, 2, simulate.Options()), toy(), shared, 2,
+                               simulate.method_config("wfbp-ps"), simulate.Options()) == pytest.approx(1.5)
+    # backward 4.5 s: p2, p1, p0 ready at 1 + 1.5, 1 + 3, 1 + 4.5; each message a 0.8 s push and a
+    # 0.8 s pull (test_ps_with_two_servers_by_hand); the last leaves at 5.5, its server idle
+    # since 5.6 - 0.8 at the latest: 5.5 + 1.6
+    assert period("wfbp-ps", toy(), alone) == pytest.approx(5.6)
+    assert period("wfbp-ps", toy(), shared) == pytest.approx(7.1)
+    # BSP-PS: one message, 0.5 s of CPU on each of 2 workers over 2 cores: backward 3.5
+    assert period("bsp-ps", toy(), shared) == pytest.approx(4.5 + 2.4 + 2.4, rel=1e-6)
+    # per byte: 120,000 B per worker at 1e-5 s/B over 2 workers and 2 cores: 1.2 s
+    per_byte = replace(alone, host_cpu=HostCpu(cores=2, s_per_message=0.0, s_per_byte=1e-5))
+    assert period("bsp-ps", toy(), per_byte) == pytest.approx(4.0 + 1.2 + 2.4 + 2.4, rel=1e-6)
+    # four workers' messages on the same 2 cores cost twice the time
+    four = simulate.simulate("bsp-ps", toy(), shared, 4, simulate.Options(servers=2))
+    assert four.period_s - simulate.simulate("bsp-ps", toy(), alone, 4, simulate.Options(servers=2)).period_s \
+        == pytest.approx(1.0)
+    assert period("wfbp-a2a", toy(), replace(shared, intra=Link(0.25, 1.25e-5), gpus_per_node=2)) \
+        == pytest.approx(period("wfbp-a2a", toy(), two_gpus()))
+    ex = simulate.explain("wfbp-ps", toy(), shared, 2)
+    assert ex["shares_s"]["cpu"] == pytest.approx(1.5) and ex["shares_s"]["compute"] == pytest.approx(4.0)
