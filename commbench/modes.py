@@ -15,9 +15,10 @@ ps: push and pull through this project's parameter-server engine on its default 
 the server summing and every worker pulling the average. The predictor's PS links are fitted
 to these rounds (predict.network.commbench_network). Then bursts, as WFBP pushes during backward:
 every worker pushes PS_BURST_KEYS keys back to back and waits for all, at two sizes; with the
-wall time each burst row carries the machine's busy CPU per worker-message (`cpu_busy_s`, from
-/proc/stat over the timed bursts: every process on it, the kernel's networking included), and
-`cores`. Where workers and servers share one machine's cores (a local run, the emulated cluster),
+wall time of a burst (`bytes`: all its keys) each row carries the machine's busy CPU per
+worker-message (`cpu_busy_s`, from /proc/stat between the barriers around the timed bursts,
+`cpu_window_s`: every process on the machine, the kernel's networking included, so the machine
+should be otherwise idle), and `cores`. Where workers and servers share one machine's cores (a local run, the emulated cluster),
 that CPU is taken from the workers' compute: the predictor charges it there (network.HostCpu).
 """
 from __future__ import annotations
@@ -173,24 +174,24 @@ def ps(be, spec, emit) -> None:
         for i in range(spec["warmup"] + spec["iters"]):
             dist.barrier(group=workers)
             if i == spec["warmup"]:
-                busy0 = hostcpu.busy_s()
+                busy0, window0 = hostcpu.busy_s(), time.perf_counter()
             t0 = time.perf_counter()
             for h in [pp.reduce_async(x, iteration=it, tensors=["x"], group=g) for x, g in zip(xs, keys)]:
                 h.wait()
             it += 1
             if i >= spec["warmup"]:
                 times.append(time.perf_counter() - t0)
-        dist.barrier(group=workers)
-        busy1 = hostcpu.busy_s()
+        dist.barrier(group=workers)  # every worker's last burst is back
+        busy1, window_s = hostcpu.busy_s(), time.perf_counter() - window0
         # every key pushed ones by every worker: their average is ones
         wrong = torch.tensor([sum(int((x != 1).sum().item()) for x in xs)])
         dist.all_reduce(wrong, group=workers)
         everyone = [None] * W
         dist.all_gather_object(everyone, times, group=workers)
-        cpu = {"cpu_busy_s": (busy1 - busy0) / (spec["iters"] * W * len(keys)), "cores": hostcpu.cores()} \
-            if busy0 is not None else {}
+        cpu = {"cpu_busy_s": (busy1 - busy0) / (spec["iters"] * W * len(keys)), "cpu_window_s": window_s,
+               "cores": hostcpu.cores()} if busy0 is not None else {}
         emit({"mode": "ps", "collective": "push_pull_burst", "dtype": "fp32", "device": spec["device"], "workers": W,
               "servers": 1, "wire": "zmq", "partition_bytes": PS_PARTITION_BYTES, "keys": len(keys),
-              "wrong": int(wrong.item()),
-              **cpu, **summarize(max(everyone, key=lambda ts: sum(ts) / len(ts)), nbytes, "push_pull", W)})
+              "key_bytes": nbytes, "wrong": int(wrong.item()),
+              **cpu, **summarize(max(everyone, key=lambda ts: sum(ts) / len(ts)), nbytes * len(keys), "push_pull", W)})
     pp.close()

@@ -12,10 +12,10 @@ batches), with nothing outside the clock:
   * after the block, one MAX all-reduce over the workers makes it the slowest rank's time.
 Per-iteration times are host stamps without device synchronisation, kept as a diagnostic only
 (`iter_times_s`); throughput comes from the block times (`block_time_s`). With tracing on, each
-block is a `measure` span in the trace. Each block also records how busy the cores of its
-machine were (`host_busy_cores`, each rank's own machine: hostcpu.busy_s over the block / its
-wall time; on a run that shares one machine, near `host_cores` means the run was bound by the
-CPU). Formulas: `ddlbench.metrics`.
+block is a `measure` span in the trace. Each block also records how busy the cores of rank 0's
+machine were (`host_busy_cores`: hostcpu.busy_s over the block / its wall time, every process
+on the machine counted; on a run that shares one machine, near `host_cores` means the run was
+bound by the CPU). Formulas: `ddlbench.metrics`.
 """
 from __future__ import annotations
 

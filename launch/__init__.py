@@ -183,7 +183,8 @@ def merge_launches(cfg, results: list[dict], dirs: list[Path]) -> dict:
         return {**results[0], "launch_dirs": None, "launches": None}
     per_repeat = [sps for r in results for sps in r["samples_per_sec_per_repeat"]]
     mean, std = metrics.mean_std(per_repeat)
-    joined = {key: [v for r in results for v in r[key]] for key in ("block_time_s", "iter_times_s", "host_busy_cores")}
+    joined = {key: [v for r in results for v in r.get(key, [])] for key in ("block_time_s", "iter_times_s",
+                                                                        "host_busy_cores")}
     return {
         **results[0], **joined,
         "samples_per_sec": mean, "samples_per_sec_std": std, "samples_per_sec_per_repeat": per_repeat,

@@ -347,6 +347,9 @@ def load(name: str, directory: Path | None = None) -> Cluster:
         sources["burst"] = f"launch.netns.tbf_burst_bytes: the tbf bucket of every emulated link, {burst:.0f} B"
     cpu = spec.get("host_cpu")
     host_cpu = HostCpu(int(cpu["cores"]), float(cpu["s_per_message"]), float(cpu.get("s_per_byte", 0.0))) if cpu else None
+    if host_cpu is not None and (host_cpu.cores < 1 or host_cpu.s_per_message < 0 or host_cpu.s_per_byte < 0):
+        raise ValueError(f"network {name!r}: host_cpu {cpu} is invalid; accepted: cores >= 1, s_per_message and "
+                         f"s_per_byte >= 0")
     return Cluster(name=spec.get("name", name), intra=intra, inter=inter,
                    gpus_per_node=int(gpus or 1), server_mem_Bps=float(spec.get("server_mem_GBps", 0)) * 1e9,
                    mgwfbp_table=table, description=spec.get("description", ""), sources=sources, ps=ps,
@@ -411,18 +414,20 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
 
 
 def _host_cpu_fit(rows: list[dict]):
-    """({cores, s_per_message, s_per_byte}, sizes, busy) from commbench's 2-worker ps bursts:
-    the machine's busy CPU per worker-message at each key size (the median over repeated
-    records), a line through the smallest and the largest (per-byte cost at least 0), or None
-    without bursts that measured the CPU (no /proc/stat)."""
+    """({cores, s_per_message, s_per_byte}, sizes, busy) from commbench's 2-worker ps bursts on
+    the CPU (a GPU's compute does not wait for the cores): the machine's busy CPU per
+    worker-message at each key size (the median over repeated records), a line through the
+    smallest and the largest (per-byte cost at least 0), or None without bursts that measured
+    the CPU (no /proc/stat)."""
     import statistics
 
     by_size: dict[int, list[float]] = {}
     cores = set()
     for r in rows:
         if r.get("mode") == "ps" and r.get("collective") == "push_pull_burst" and r.get("workers") == 2 \
-                and r.get("cpu_busy_s") is not None and not r.get("wrong") and "error" not in r:
-            by_size.setdefault(int(r["bytes"]), []).append(float(r["cpu_busy_s"]))
+                and r.get("device") == "cpu" and r.get("cpu_busy_s") is not None and not r.get("wrong") \
+                and "error" not in r:
+            by_size.setdefault(int(r["key_bytes"]), []).append(float(r["cpu_busy_s"]))
             cores.add(int(r["cores"]))
     if not by_size:
         return None

@@ -41,9 +41,10 @@ same thing at the same time, and a server receives a partition from all m machin
 - workers and servers on one machine's cores (`Cluster.host_cpu`: a local run, the emulated
   cluster): every PS message costs that machine CPU (the worker's and the server's processes,
   the kernel's networking; measured by commbench's ps bursts), which the compute lacks while
-  the messages are in flight: backward takes W x (the messages' CPU per worker) / cores longer
-  (`host_cpu_s`), gradients appearing proportionally later. One partition's round was already
-  timed whole (the PS link's alpha), so a single message counts twice, by at most its CPU;
+  the messages are in flight: where they leave during backward (WFBP, ByteScheduler), backward
+  takes m x (the messages' CPU per machine) / cores longer (`host_cpu_s`), gradients appearing
+  proportionally later. The last message's round is still timed whole after backward (the PS
+  link's alpha and beta, measured on the same cores): its CPU counts twice;
 - the emulated cluster's links are tc token buckets (`Link.burst_bytes`, launch.netns): each
   link direction passes what finds tokens at once and the rest at the rate, tokens coming back
   between transfers (`Bucket`; modelled for the ring over one-worker machines and for PS links).
@@ -510,16 +511,19 @@ def bytescheduler_units(profile: Profile, cfg: dict) -> tuple[list[int], list[in
 
 def host_cpu_s(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg: dict, opts: Options) -> float:
     """The CPU of one iteration's PS messages on a machine whose cores every worker and server
-    share (`Cluster.host_cpu`), as the time the workers' compute waits for it: W workers' messages
-    (each partition one message, `ps.plan`) over the cores. 0 elsewhere."""
+    share (`Cluster.host_cpu`), as the time the workers' compute waits for it: every pushing
+    machine's messages (each partition one message, `ps.plan`) over the cores. Only for messages
+    that leave during backward (WFBP, ByteScheduler): BSP's leave after it, when no compute needs
+    the cores, and their cost is the PS link's, timed on the same cores. 0 elsewhere."""
     hc = cluster.host_cpu
-    if hc is None or not p.ps:
+    if hc is None or not p.ps or not (p.eager or p.bytescheduler):
         return 0.0
     numels = bytescheduler_units(profile, cfg)[0] if p.bytescheduler else \
         [sum(profile.numels[i] for i in m) for m in p.messages]
     esize = profile.element_size
-    parts = plan(numels, esize, int(cfg["partition_bytes"]), opts.servers or cluster.nodes(workers)[0])
-    return workers * sum(hc.message_s(part.numel * esize) for ps in parts for part in ps) / hc.cores
+    machines = cluster.nodes(workers)[0]  # per-machine PS: one pusher per machine
+    parts = plan(numels, esize, int(cfg["partition_bytes"]), opts.servers or machines)
+    return machines * sum(hc.message_s(part.numel * esize) for ps in parts for part in ps) / hc.cores
 
 
 def stretched_backward(profile: Profile, extra_s: float) -> Profile:

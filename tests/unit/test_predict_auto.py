@@ -103,12 +103,13 @@ def test_commbench_ps_bursts_fit_the_cpu_a_message_costs_the_shared_machine(tmp_
     """commbench's ps bursts: the machine's busy CPU per worker-message at two key sizes (the
     median of repeated records) give a line by hand; an emulated network nobody measured takes
     it from this machine's own config, as it takes alpha."""
-    burst = {"mode": "ps", "collective": "push_pull_burst", "workers": 2, "servers": 1, "keys": 32, "wrong": 0,
-             "cores": 2, "time_us": 1e4}
-    rows = [{**burst, "bytes": 256, "cpu_busy_s": t} for t in (4e-4, 5e-4, 9e-4)]
-    rows += [{**burst, "bytes": 65536, "cpu_busy_s": 8e-4}]
-    rows += [{**burst, "bytes": 256, "cpu_busy_s": 1.0, "wrong": 3}, {**burst, "bytes": 256, "workers": 3,
-             "cpu_busy_s": 1.0}, {k: v for k, v in burst.items() if k != "cores"} | {"bytes": 1024}]  # ignored
+    burst = {"mode": "ps", "collective": "push_pull_burst", "device": "cpu", "workers": 2, "servers": 1, "keys": 32,
+             "wrong": 0, "cores": 2, "time_us": 1e4}
+    rows = [{**burst, "key_bytes": 256, "cpu_busy_s": t} for t in (4e-4, 5e-4, 9e-4)]
+    rows += [{**burst, "key_bytes": 65536, "cpu_busy_s": 8e-4}]
+    rows += [{**burst, "key_bytes": 256, "cpu_busy_s": 1.0, "wrong": 3},  # ignored: wrong, 3 workers, a GPU's,
+             {**burst, "key_bytes": 256, "workers": 3, "cpu_busy_s": 1.0},  # no CPU measured
+             {**burst, "key_bytes": 256, "device": "cuda", "cpu_busy_s": 1.0}, {**burst, "key_bytes": 1024}]
     spec = network.commbench_network(commbench_rows() + rows, "loopback", "test data")
     slope = (8e-4 - 5e-4) / (65536 - 256)
     assert spec["host_cpu"] == pytest.approx({"cores": 2, "s_per_message": 5e-4 - 256 * slope, "s_per_byte": slope})
@@ -119,6 +120,10 @@ def test_commbench_ps_bursts_fit_the_cpu_a_message_costs_the_shared_machine(tmp_
     assert network.load("emulated-300mbit", tmp_path).host_cpu == c.host_cpu
     assert "host_cpu" not in network.commbench_network(commbench_rows(), "x", "test")  # no bursts measured
     assert network.load("100gbib").host_cpu is None  # every worker a machine of its own
+    (tmp_path / "bad.yaml").write_text("name: bad\ninter: {alpha_s: 1.0e-4, beta_s_per_byte: 1.0e-9}\n"
+                                       "host_cpu: {cores: 0, s_per_message: 1.0e-4}\n")
+    with pytest.raises(ValueError, match="cores >= 1"):
+        network.load("bad", tmp_path)
 
 
 def test_commbench_fit_needs_two_sizes():

@@ -218,15 +218,16 @@ def test_ps_messages_take_the_shared_cores_from_backward():
     # since 5.6 - 0.8 at the latest: 5.5 + 1.6
     assert period("wfbp-ps", toy(), alone) == pytest.approx(5.6)
     assert period("wfbp-ps", toy(), shared) == pytest.approx(7.1)
-    # BSP-PS: one message, 0.5 s of CPU on each of 2 workers over 2 cores: backward 3.5
-    assert period("bsp-ps", toy(), shared) == pytest.approx(4.5 + 2.4 + 2.4, rel=1e-6)
-    # per byte: 120,000 B per worker at 1e-5 s/B over 2 workers and 2 cores: 1.2 s
-    per_byte = replace(alone, host_cpu=HostCpu(cores=2, s_per_message=0.0, s_per_byte=1e-5))
-    assert period("bsp-ps", toy(), per_byte) == pytest.approx(4.0 + 1.2 + 2.4 + 2.4, rel=1e-6)
-    # four workers' messages on the same 2 cores cost twice the time
-    four = simulate.simulate("bsp-ps", toy(), shared, 4, simulate.Options(servers=2))
-    assert four.period_s - simulate.simulate("bsp-ps", toy(), alone, 4, simulate.Options(servers=2)).period_s \
-        == pytest.approx(1.0)
+    # BSP-PS sends after backward, when the compute needs no core: its link alone, as without
+    assert period("bsp-ps", toy(), shared) == period("bsp-ps", toy(), alone) == pytest.approx(4.0 + 2.4 + 2.4)
+    # per byte: 40,000 B per message at 2.5e-5 s/B, 3 messages on each of 2 workers, 2 cores: 3 s
+    per_byte = replace(alone, host_cpu=HostCpu(cores=2, s_per_message=0.0, s_per_byte=2.5e-5))
+    # backward 6 s: p2, p1, p0 ready at 1 + 2, 1 + 4, 1 + 6; the last message ends 1.6 s after 7
+    assert period("wfbp-ps", toy(), per_byte) == pytest.approx(8.6)
+    # four machines' messages on the same 2 cores take twice the time: backward 3 s longer
+    four = simulate.simulate("wfbp-ps", toy(), shared, 4, simulate.Options(servers=2)).period_s
+    assert four - simulate.simulate("wfbp-ps", toy(), alone, 4, simulate.Options(servers=2)).period_s \
+        == pytest.approx(3.0)
     assert period("wfbp-a2a", toy(), replace(shared, intra=Link(0.25, 1.25e-5), gpus_per_node=2)) \
         == pytest.approx(period("wfbp-a2a", toy(), two_gpus()))
     ex = simulate.explain("wfbp-ps", toy(), shared, 2)

@@ -15,7 +15,8 @@ def compose(*overrides):
 
 def result(sps: float, block: float, hosts=("a",), consistent=True) -> dict:
     return {"samples_per_sec": sps, "samples_per_sec_std": 0.0, "samples_per_sec_per_repeat": [sps],
-            "block_time_s": [block], "iter_times_s": [block / 2, block / 2], "iterations_total": 3,
+            "block_time_s": [block], "iter_times_s": [block / 2, block / 2], "host_busy_cores": [sps / 100],
+            "iterations_total": 3,
             "params_consistent": consistent, "hosts": list(hosts), "groups": [1, 2], "world": 2}
 
 
@@ -59,6 +60,7 @@ def test_the_record_merges_every_launch_and_fails_if_one_left_no_result(tmp_path
     assert got["samples_per_sec_per_repeat"] == [100.0, 200.0, 150.0]
     assert got["samples_per_sec"] == pytest.approx(150.0) and got["samples_per_sec_std"] == pytest.approx(50.0)
     assert got["block_time_s"] == [0.16, 0.08, 0.1] and len(got["iter_times_s"]) == 6
+    assert got["host_busy_cores"] == [1.0, 2.0, 1.5]  # each launch's block, in turn
     assert got["hosts"] == ["a", "b"] and got["iterations_total"] == 9 and got["params_consistent"]
     assert got["launch_dirs"] == [str(d) for d in dirs] and len(got["launches"]) == 3 and "world" not in got
 
