@@ -57,7 +57,9 @@ same thing at the same time, and a server receives a partition from all m machin
 
 Not modelled: compute slowed by concurrent communication kernels or copies; Python-side
 overheads of the schedulers (ByteScheduler's busy polling thread and the GIL, its per-parameter
-Python update); stragglers; the servers' CPU beyond summing. One scheduling step of our
+Python update); stragglers; the servers' CPU beyond summing, except on shared cores (above);
+the CPU of Gloo's all-reduces on shared cores (they are timed whole by commbench, but not
+charged to the compute they overlap). One scheduling step of our
 CreditQueue (push, pop, release) costs 0.47 us per partition on this project's CPU (measured with
 timeit over 400 partitions), so the queue's own cost is left out.
 """
