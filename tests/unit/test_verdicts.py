@@ -184,6 +184,27 @@ def test_tables_mark_repeats_and_cells_no_other_method_differs_from():
     assert [r[-1] for r in rows] == ["1.79x (90%) (n=2) ≈", "1.80x (90%) (n=2) ≈"]
 
 
+def test_tables_mark_cells_whose_machine_was_cpu_bound():
+    """A cell whose runs kept at least 90% of their machine's cores busy (host_busy_cores over
+    host_cores, averaged over every repeat of every record) says so; records without the field
+    (older versions) get no mark."""
+    records = [rec("bsp-a2a", 1, [10.0, 10.2], host_busy_cores=[1.9, 2.0], host_cores=2),
+               rec("bsp-a2a", 2, [18.0, 18.2], host_busy_cores=[1.7, 1.8], host_cores=2),
+               rec("wfbp-ps", 2, [9.0, 9.2], host_busy_cores=[1.9, 1.7], host_cores=2),
+               rec("wfbp-ps", 2, [9.1], host_busy_cores=[1.9], host_cores=2),  # (1.9 + 1.7 + 1.9) / 3 / 2 = 92%
+               rec("mg-wfbp", 2, [19.0, 19.2])]
+    setups = tables.ours(records)
+    (cells,) = setups.values()
+    assert cells[("wfbp-ps", 2)].busy == pytest.approx(5.5 / 6) and cells[("bsp-a2a", 2)].busy == pytest.approx(0.875)
+    _, rows = tables.results_table(setups)
+    by_method = {r[4]: r for r in rows}
+    assert by_method["bsp-a2a"][-2:] == ["10.10 ± 0.14 (n=2) (cpu)", "18.10 ± 0.14 (n=2)"]
+    assert by_method["wfbp-ps"][-1].endswith(" (cpu)") and not by_method["mg-wfbp"][-1].endswith(" (cpu)")
+    _, rows = tables.speedup_table(setups)
+    assert {r[4]: r[-1] for r in rows}["wfbp-ps"].endswith(" (cpu)")
+    assert "(cpu)" in tables.LEGEND
+
+
 def test_figure_label_names_the_best_method_and_its_interval():
     cells = cells_of([rec("bsp-a2a", 1, [10.0] * 5), rec("mg-wfbp", 4, [38.0, 39.0, 40.0, 41.0, 42.0]),
                       rec("bsp-a2a", 4, [20.0] * 5)])
