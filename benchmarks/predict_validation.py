@@ -140,10 +140,33 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list]:
     return shared, alone, runs
 
 
+def spread(results: str, again: str) -> dict:
+    """{method: [|a - b| / b]} over the multi-worker runs of one configuration (model, batch,
+    network, method, workers) measured in both `again` (a) and `results` (b): how far apart two
+    measurements of the same run are here, which no prediction's error can be judged below."""
+    from ddlbench.analysis import tables
+
+    def measured(path: str) -> dict:
+        out = defaultdict(list)
+        for r in load([path]).records:
+            if r.get("status") == "ok" and r.get("samples_per_sec") and r["workers"] > 1:
+                out[(r["model"], r["local_batch"], tables.network_of(r), r["method"], r["workers"])].append(
+                    r["samples_per_sec"])
+        return {k: statistics.mean(v) for k, v in out.items()}
+
+    a, b = measured(again), measured(results)
+    out = defaultdict(list)
+    for k in sorted(a.keys() & b.keys()):
+        out[k[3]].append(abs(a[k] - b[k]) / b[k])
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--results", default="results")
     ap.add_argument("--local-network", default=None, help="conf/network config for local runs without one")
+    ap.add_argument("--again", default=None, metavar="DIR",
+                    help="another bench's records of the same runs: print how far apart the two measurements are")
     a = ap.parse_args(argv)
 
     runs = {intra: study(intra, explain_workers=32 if intra == INTRA_NODES[0] else None) for intra in INTRA_NODES}
@@ -192,9 +215,16 @@ def main(argv=None) -> int:
         return 0
     print("(workers sharing this machine's cores: the one-worker throughput rescaled by a profile measured "
           "beside W-1 other workers; alone: as if each worker had the one-worker run's machine to itself)")
-    print(markdown(["method", "runs", "median APE, sharing (target <= 10%)", "median APE, alone"],
+    apart = spread(a.results, a.again) if a.again else {}
+    print(markdown(["method", "runs", "median APE, sharing (target <= 10%)", "median APE, alone"]
+                   + ([f"median apart from {a.again} (runs)"] if a.again else []),
                    [[m, len(ps), f"{simulate.mape(ps):.1%}", f"{simulate.mape(alone[m]):.1%}"]
+                    + ([f"{statistics.median(apart[m]):.1%} ({len(apart[m])})" if apart.get(m) else "-"]
+                       if a.again else [])
                     for m, ps in sorted(shared.items())]))
+    if a.again:
+        print("(apart: |again - these| / these for each run measured in both: the measurement's own spread, "
+              "a floor under any prediction's error)")
     print("\nPer run (sharing): predicted / measured samples/s")
     print(markdown(["method", "network", "workers", "predicted", "measured", "error"],
                    [[m, net, w, f"{p:.1f}", f"{x:.1f}", f"{(p - x) / x:+.0%}"] for m, net, w, p, x in sorted(runs)]))

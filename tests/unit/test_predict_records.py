@@ -94,3 +94,23 @@ def test_bad_inputs_are_one_line(tmp_path, capsys):
     assert "accepted:" in capsys.readouterr().err
     assert cli.main(["--workers", "0", "--results", str(tmp_path)]) == 2
     assert cli.main(["--methods", "bogus", "--results", str(tmp_path)]) == 2
+
+
+def test_validation_reports_how_far_apart_two_benches_measured_the_same_runs(tmp_path):
+    """benchmarks/predict_validation.py --again: per method, |a - b| / b over the multi-worker
+    runs of one configuration measured in both result directories; others are left out."""
+    import importlib.util
+
+    from ddlbench import record
+
+    spec = importlib.util.spec_from_file_location("predict_validation", Path(__file__).parents[2] / "benchmarks"
+                                                  / "predict_validation.py")
+    validation = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(validation)
+    for d, sps in (("a", {("wfbp-ps", 2): 120.0, ("wfbp-ps", 4): 90.0, ("ddp", 2): 50.0, ("ddp", 1): 9.0}),
+                   ("b", {("wfbp-ps", 2): 100.0, ("wfbp-ps", 4): 100.0, ("ddp", 4): 10.0, ("ddp", 1): 10.0})):
+        for (method, workers), x in sps.items():
+            record.write(tmp_path / d, {**_measured(method, workers, x), "local_batch": 4, "device": "cpu",
+                                        "backend": "gloo", "engine": "torch"})
+    apart = validation.spread(str(tmp_path / "b"), str(tmp_path / "a"))
+    assert dict(apart) == {"wfbp-ps": pytest.approx([0.2, 0.1])}  # ddp: no run in both (1 worker left out)
