@@ -248,13 +248,22 @@ def tbf_burst_bytes(bps: float) -> int:
     return max(65536 * 2, int(bps / 8 / 1000))
 
 
+# A link's queue holds what several hosts send one host at once. The study's InfiniBand is
+# lossless (credit-based flow control: a full port pauses its senders); a tbf queue that overflows
+# drops, and TCP at these microsecond round trips recovers from a tail drop by its 200 ms
+# retransmission timeout. With a 10 ms queue (125 KB at 100 Mbit/s), BSP-PS on 2 workers lost
+# half its throughput to that (43-53 samples/s against 98 with this queue): two workers' 312 KB
+# pushes into one server's port. 32 MiB holds every push of 4 workers' 4,096,000-byte partitions.
+TBF_QUEUE_BYTES = 32 << 20
+
+
 def _tbf(dev: str, bps: float, netns: str | None = None) -> None:
-    """A token bucket at `bps` on `dev`'s egress (`tbf_burst_bytes` deep); the queue at most
-    10 ms at the rate (TCP reaches the rate with less: round trips here are microseconds)."""
+    """A token bucket at `bps` on `dev`'s egress (`tbf_burst_bytes` deep) in front of a queue
+    of TBF_QUEUE_BYTES, deep enough that incast queues instead of dropping."""
     burst = tbf_burst_bytes(bps)
     where = ["ip", "netns", "exec", netns] if netns else []
     _run([*where, "tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", f"{int(bps)}bit",
-          "burst", str(burst), "latency", "10ms"])
+          "burst", str(burst), "limit", str(TBF_QUEUE_BYTES)])
 
 
 # -- state ---------------------------------------------------------------------------------------

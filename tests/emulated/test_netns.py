@@ -50,6 +50,39 @@ def test_links_are_shaped_and_measured_within_tolerance(emulated_cluster):
     assert block["netem_available"] is netns.netem_available() and "not emulated" in block["latency"]
 
 
+def test_incast_queues_at_a_port_and_drops_nothing(emulated_cluster):
+    """Two hosts send 4 MB each to a third at once, as workers push to one PS server: the third
+    host's port (the tbf on the bridge side of its veth) queues the excess and drops nothing. A
+    10 ms queue (375 KB at 300 Mbit/s) dropped here, and TCP then waited out its 200 ms
+    retransmission timeout: BSP-PS at 100 Mbit/s ran at half its rate."""
+    h0, h1, h2 = emulated_cluster.hosts[:3]
+    nbytes = 4_000_000
+
+    def dropped() -> int:
+        out = subprocess.run(["tc", "-s", "qdisc", "show", "dev", h2.veth], capture_output=True, text=True,
+                             check=True).stdout
+        return int(out.split("dropped ")[1].split(",")[0])
+
+    before = dropped()
+    sink = subprocess.Popen([*h2.exec_prefix(), sys.executable, "-c", textwrap.dedent(f"""
+        import socket, threading
+        s = socket.create_server(({h2.address!r}, 7001), backlog=2)
+        print(1, flush=True)
+        def drain(c):
+            got = 0
+            while got < {nbytes}:
+                got += len(c.recv(1 << 20))
+        ts = [threading.Thread(target=drain, args=(s.accept()[0],)) for _ in range(2)]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+    """)], stdout=subprocess.PIPE, text=True)
+    assert sink.stdout.readline().strip() == "1"
+    send = f"import socket; socket.create_connection(({h2.address!r}, 7001)).sendall(bytes({nbytes}))"
+    senders = [subprocess.Popen([*h.exec_prefix(), sys.executable, "-c", send]) for h in (h0, h1)]
+    assert [p.wait(timeout=60) for p in senders] == [0, 0] and sink.wait(timeout=60) == 0
+    assert dropped() == before
+
+
 def test_a_link_below_the_set_rate_is_refused(emulated_cluster):
     slow = netns.Cluster(emulated_cluster.hosts, "3gbit")  # the wire is tbf'd to 300mbit
     with pytest.raises(netns.LinkTooSlow, match=r"not within 5% of link=3gbit"):
