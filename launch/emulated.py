@@ -17,7 +17,8 @@ slots from the same plan (`-H`/`-hosts host0:n0,host1:n1,...`), the hosts' inter
 
 Before the ranks start, every link in use is measured host to host and must come within 5% of
 the set rate, or the run is recorded as failed without starting. The record gets `network`
-(`netns.Cluster.describe`) and each rank's host name.
+(`netns.Cluster.describe`, and `dropped_packets`: what the links dropped during the run) and each
+rank's host name.
 
 The cluster is the run's own (brought up for it, removed on every path: success, failure,
 Ctrl-C, SIGTERM), unless an interactive one (`make cluster-up`) with enough hosts and the same
@@ -146,7 +147,18 @@ def run(cfg, rec: dict, run_dir: Path, results: Path) -> None:
         env = run_env(cfg, local_procs=cfg.workers + cfg.servers)  # every host shares this machine's cores
         rec["env"] = record.env_knobs({**env, **used.hosts[0].env()})
         launch = start if via(cfg) == "torchrun" else start_over_ssh
-        launch_and_record(cfg, rec, run_dir, results, lambda k, d: launch(cfg, used, d, env))
+        before = used.dropped_packets()
+
+        def go(k, d):
+            try:
+                return launch(cfg, used, d, env)
+            finally:  # the record says whether a queue overflowed: TCP's stalls would be in the numbers
+                after = used.dropped_packets()
+                rec["network"]["dropped_packets"] = None if None in (before, after) else after - before
+                if rec["network"]["dropped_packets"]:
+                    print(f"[ddlbench] warning: the emulated links dropped {after - before} packets during the run "
+                          f"(a queue overflowed; TCP's retransmission stalls are in the measurement)", flush=True)
+        launch_and_record(cfg, rec, run_dir, results, go)
 
 
 class run_cluster:

@@ -228,6 +228,19 @@ class Cluster:
             "latency": "not emulated (no netem in this kernel)" if not netem else "not emulated (netem not used)",
         }
 
+    def dropped_packets(self) -> int | None:
+        """Packets the shaped links have dropped since they were set up (every tbf of these hosts:
+        egress, ingress, loopback), or None where tc's statistics cannot be read."""
+        shows = [["tc", "-s", "qdisc", "show", "dev", h.veth] for h in self.hosts]
+        shows += [[*h.exec_prefix(), "tc", "-s", "qdisc", "show"] for h in self.hosts]
+        total = 0
+        for argv in shows:
+            out = _run(argv, check=False)
+            if out.returncode != 0:
+                return None
+            total += sum(int(part.split(",")[0]) for part in out.stdout.split("dropped ")[1:])
+        return total
+
     def hosts_lines(self) -> str:
         """/etc/hosts lines naming every host, for tools that need names (Slurm, horovodrun)."""
         return "".join(f"{h.address} {h.hostname}\n" for h in self.hosts)
@@ -252,8 +265,11 @@ def tbf_burst_bytes(bps: float) -> int:
 # lossless (credit-based flow control: a full port pauses its senders); a tbf queue that overflows
 # drops, and TCP at these microsecond round trips recovers from a tail drop by its 200 ms
 # retransmission timeout. With a 10 ms queue (125 KB at 100 Mbit/s), BSP-PS on 2 workers lost
-# half its throughput to that (43-53 samples/s against 98 with this queue): two workers' 312 KB
-# pushes into one server's port. 32 MiB holds every push of 4 workers' 4,096,000-byte partitions.
+# half its throughput to that (43-53 samples/s against 98-100 with this queue): two workers'
+# 312 KB pushes into one server's port. How full it gets is bounded by the senders' TCP windows
+# (a few MB each), so 32 MiB holds a handful of hosts sending one at once; many more can overflow
+# it again. The price: a small message waits behind a full queue (up to seconds at 100 Mbit/s),
+# where InfiniBand's small buffers would interleave it.
 TBF_QUEUE_BYTES = 32 << 20
 
 

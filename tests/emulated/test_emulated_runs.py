@@ -50,6 +50,7 @@ def test_every_rank_on_its_own_emulated_host_and_the_network_in_the_record(runs,
     assert net["emulated"] is True and net["link"] == emulated_cluster.link and len(net["measured_gbps"]) == ranks
     assert all(abs(g - 0.3) <= 0.05 * 0.3 for g in net["measured_gbps"]), net
     assert net["latency"].startswith("not emulated") and rec["env"]["GLOO_SOCKET_IFNAME"] == netns.IFNAME
+    assert net["dropped_packets"] == 0  # the links' queues held every burst (a PS server's incast included)
 
 
 def test_ps_servers_sit_on_other_hosts_by_their_addresses_in_the_trace(runs):

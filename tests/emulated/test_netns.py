@@ -64,22 +64,34 @@ def test_incast_queues_at_a_port_and_drops_nothing(emulated_cluster):
         return int(out.split("dropped ")[1].split(",")[0])
 
     before = dropped()
+    # the sink lets both senders go only once both are connected, so their flows overlap
     sink = subprocess.Popen([*h2.exec_prefix(), sys.executable, "-c", textwrap.dedent(f"""
         import socket, threading
         s = socket.create_server(({h2.address!r}, 7001), backlog=2)
         print(1, flush=True)
+        conns = [s.accept()[0] for _ in range(2)]
         def drain(c):
             got = 0
             while got < {nbytes}:
-                got += len(c.recv(1 << 20))
-        ts = [threading.Thread(target=drain, args=(s.accept()[0],)) for _ in range(2)]
+                n = len(c.recv(1 << 20))
+                if not n:
+                    raise SystemExit("a sender closed early")
+                got += n
+        ts = [threading.Thread(target=drain, args=(c,)) for c in conns]
         [t.start() for t in ts]
+        [c.sendall(b"g") for c in conns]
         [t.join() for t in ts]
     """)], stdout=subprocess.PIPE, text=True)
     assert sink.stdout.readline().strip() == "1"
-    send = f"import socket; socket.create_connection(({h2.address!r}, 7001)).sendall(bytes({nbytes}))"
+    send = (f"import socket; c = socket.create_connection(({h2.address!r}, 7001)); "
+            f"assert c.recv(1) == b'g'; c.sendall(bytes({nbytes}))")
     senders = [subprocess.Popen([*h.exec_prefix(), sys.executable, "-c", send]) for h in (h0, h1)]
-    assert [p.wait(timeout=60) for p in senders] == [0, 0] and sink.wait(timeout=60) == 0
+    try:
+        assert [p.wait(timeout=60) for p in senders] == [0, 0] and sink.wait(timeout=60) == 0
+    finally:
+        for p in [*senders, sink]:
+            if p.poll() is None:
+                p.kill()
     assert dropped() == before
 
 
