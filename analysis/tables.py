@@ -185,10 +185,11 @@ LEGEND = (f"(n=k): fewer than {noise.MIN_REPEATS} repeats, no usable std; (no st
 
 
 def marked(text: str, cells: Cells, method: str, workers: int) -> str:
-    """A cell's text with its repeats note, from two workers up the tie mark, and the CPU mark."""
+    """A cell's text with its repeats note and, from two workers up, the tie and CPU marks (one
+    worker keeps the cores busy by design: there is no communication to be bound by)."""
     cell = cells[(method, workers)]
     tie = f" {TIE_MARK}" if workers > 1 and noise.tied_with_all(cells, method, workers, noise.setup_spread(cells)) else ""
-    cpu = f" {CPU_MARK}" if cell.busy is not None and cell.busy >= CPU_BUSY else ""
+    cpu = f" {CPU_MARK}" if workers > 1 and cell.busy is not None and cell.busy >= CPU_BUSY else ""
     return text + repeats_note(cell) + tie + cpu
 
 

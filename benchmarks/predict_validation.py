@@ -142,16 +142,18 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list]:
 
 def spread(results: str, again: str) -> dict:
     """{method: [|a - b| / b]} over the multi-worker runs of one configuration (model, batch,
-    network, method, workers) measured in both `again` (a) and `results` (b): how far apart two
-    measurements of the same run are here, which no prediction's error can be judged below."""
+    network, method, workers, and the rest of the resolved config but its repeats) measured in
+    both `again` (a) and `results` (b): how far apart two measurements of the same run are here,
+    which no prediction's error can be judged below."""
     from ddlbench.analysis import tables
+    from ddlbench.record import config_hash
 
     def measured(path: str) -> dict:
         out = defaultdict(list)
         for r in load([path]).records:
             if r.get("status") == "ok" and r.get("samples_per_sec") and r["workers"] > 1:
-                out[(r["model"], r["local_batch"], tables.network_of(r), r["method"], r["workers"])].append(
-                    r["samples_per_sec"])
+                out[(r["model"], r["local_batch"], tables.network_of(r), r["method"], r["workers"],
+                     config_hash(r.get("config"), ("profile.repeats",)))].append(r["samples_per_sec"])
         return {k: statistics.mean(v) for k, v in out.items()}
 
     a, b = measured(again), measured(results)

@@ -22,5 +22,6 @@ def busy_s() -> float | None:
 
 
 def cores() -> int:
-    """The cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    """This machine's cores, all of which `busy_s` counts (not only those this process may run
+    on: under a CPU binding the others' load is still in the figure)."""
+    return os.cpu_count() or 1
