@@ -154,11 +154,7 @@ def launch(backend: str, device: str, workers: int, spec: dict, timeout: float, 
         target = ["-m", "ddlbench.commbench.worker", f"{tmp}/spec.json"]
         procs = workers + (1 if spec["mode"] == "ps" else 0)  # ps: the last rank is the server
         if cluster is not None:
-            if device == "cuda" and not env.get("CUDA_VISIBLE_DEVICES"):
-                import torch
-
-                env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(torch.cuda.device_count()))
-            rc = run_jobs(across_hosts(cluster, procs, target, env), timeout)
+            rc = run_jobs(across_hosts(cluster, procs, target, env, cuda=device == "cuda"), timeout)
             return _rows(spec, rc, backend, workers, timeout, env)
         if backend == "mpi4py":
             cmd = [mpiexec(), "-n", str(workers), sys.executable, *target]
@@ -186,9 +182,10 @@ def _rows(spec: dict, rc: int | None, backend: str, workers: int, timeout: float
     return [{**r, "env": record.env_knobs(env)} for r in rows]  # the knobs this job ran with
 
 
-def across_hosts(cluster, workers: int, target: list[str], env: dict) -> list[tuple[list[str], dict]]:
+def across_hosts(cluster, workers: int, target: list[str], env: dict, cuda: bool = False) -> list[tuple[list[str], dict]]:
     """(command, environment) per host: torchrun with one process, node rank i of `workers`,
-    inside host i's namespaces, its rank on the host's shaped interface."""
+    inside host i's namespaces, its rank on the host's shaped interface (`cuda`: on one GPU of
+    this machine's, launch.emulated.gpu_slice)."""
     import random
 
     from ddlbench.launch.local import torchrun
@@ -196,13 +193,14 @@ def across_hosts(cluster, workers: int, target: list[str], env: dict) -> list[tu
     if workers > len(cluster.hosts):
         raise BadInput(f"{workers} ranks need {workers} emulated hosts and the cluster that is up has "
                        f"{len(cluster.hosts)}; accepted: at most {len(cluster.hosts)}, or `make cluster-down` first")
+    from ddlbench.launch.emulated import gpu_slice
+
     port = random.randrange(20000, 60000)  # host 0's namespace has its own port space
     first = cluster.hosts[0].address
     # hosts of one machine share its GPUs: host i's rank gets visible GPU i (wrapping around)
-    gpus = [g for g in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if g.strip()]
     return [([*h.exec_prefix(), *torchrun(1, target, (f"--nnodes={workers}", f"--node-rank={i}",
                                                       f"--master-addr={first}", f"--master-port={port}"))],
-             {**env, **h.env(), **({"CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)]} if gpus else {})})
+             {**env, **h.env(), **({"CUDA_VISIBLE_DEVICES": gpu_slice(env, i, 1)} if cuda else {})})
             for i, h in enumerate(cluster.hosts[:workers])]
 
 

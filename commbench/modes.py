@@ -146,6 +146,17 @@ def ps(be, spec, emit) -> None:
     bursts = [[len(todo) + j * PS_BURST_KEYS + k for k in range(PS_BURST_KEYS)] for j in range(len(PS_BURST_BYTES))]
     pp.prepare([max(1, n // 4) for n in todo] + [n // 4 for n in PS_BURST_BYTES for _ in range(PS_BURST_KEYS)])
     it = 0
+
+    def report(collective: str, wrong: int, times: list[float], nbytes: int, **extra) -> None:
+        """One row: the elements wrong on all workers, the slowest worker's mean time."""
+        wrong = torch.tensor([wrong])
+        dist.all_reduce(wrong, group=workers)
+        everyone = [None] * W
+        dist.all_gather_object(everyone, times, group=workers)
+        emit({"mode": "ps", "collective": collective, "dtype": "fp32", "device": spec["device"], "workers": W,
+              "servers": 1, "wire": "zmq", "partition_bytes": PS_PARTITION_BYTES, **extra, "wrong": int(wrong.item()),
+              **summarize(max(everyone, key=lambda ts: sum(ts) / len(ts)), nbytes, "push_pull", W)})
+
     for m, nbytes in enumerate(todo):
         x = torch.ones(max(1, nbytes // 4), device=be.device)
         times = []
@@ -161,13 +172,7 @@ def ps(be, spec, emit) -> None:
         pp.reduce_async(x, iteration=it, tensors=["x"], group=m).wait()
         it += 1
         expected = sum(pattern(x.numel(), r, torch.float32, be.device) for r in range(W)) / W
-        wrong = torch.tensor([int((~torch.isclose(x, expected)).sum().item())])
-        dist.all_reduce(wrong, group=workers)
-        everyone = [None] * W
-        dist.all_gather_object(everyone, times, group=workers)
-        emit({"mode": "ps", "collective": "push_pull", "dtype": "fp32", "device": spec["device"], "workers": W,
-              "servers": 1, "wire": "zmq", "partition_bytes": PS_PARTITION_BYTES, "wrong": int(wrong.item()),
-              **summarize(max(everyone, key=lambda ts: sum(ts) / len(ts)), x.numel() * 4, "push_pull", W)})
+        report("push_pull", int((~torch.isclose(x, expected)).sum().item()), times, x.numel() * 4)
     for nbytes, keys in zip(PS_BURST_BYTES, bursts):
         xs = [torch.ones(nbytes // 4, device=be.device) for _ in keys]
         times = []
@@ -183,15 +188,9 @@ def ps(be, spec, emit) -> None:
                 times.append(time.perf_counter() - t0)
         dist.barrier(group=workers)  # every worker's last burst is back
         busy1, window_s = hostcpu.busy_s(), time.perf_counter() - window0
-        # every key pushed ones by every worker: their average is ones
-        wrong = torch.tensor([sum(int((x != 1).sum().item()) for x in xs)])
-        dist.all_reduce(wrong, group=workers)
-        everyone = [None] * W
-        dist.all_gather_object(everyone, times, group=workers)
         cpu = {"cpu_busy_s": (busy1 - busy0) / (spec["iters"] * W * len(keys)), "cpu_window_s": window_s,
                "cores": hostcpu.cores()} if busy0 is not None else {}
-        emit({"mode": "ps", "collective": "push_pull_burst", "dtype": "fp32", "device": spec["device"], "workers": W,
-              "servers": 1, "wire": "zmq", "partition_bytes": PS_PARTITION_BYTES, "keys": len(keys),
-              "key_bytes": nbytes, "wrong": int(wrong.item()),
-              **cpu, **summarize(max(everyone, key=lambda ts: sum(ts) / len(ts)), nbytes * len(keys), "push_pull", W)})
+        # every key pushed ones by every worker: their average is ones
+        report("push_pull_burst", sum(int((x != 1).sum().item()) for x in xs), times, nbytes * len(keys),
+               keys=len(keys), key_bytes=nbytes, **cpu)
     pp.close()

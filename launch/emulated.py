@@ -204,7 +204,14 @@ def node_env(cfg, host: netns.Host, node: int, env: dict, gpus: int | None = Non
     if node >= worker_nodes(cfg):
         env["CUDA_VISIBLE_DEVICES"] = ""
         return env
-    # indices into what this launch sees: the user's CUDA_VISIBLE_DEVICES, else every GPU
+    env["CUDA_VISIBLE_DEVICES"] = gpu_slice(env, node, int(cfg.launcher.workers_per_node), gpus)
+    return env
+
+
+def gpu_slice(env: dict, node: int, per: int, gpus: int | None = None) -> str:
+    """CUDA_VISIBLE_DEVICES for host `node` of this machine taking `per` GPUs: visible GPUs
+    node*per .. node*per+per-1, wrapping around, of the user's CUDA_VISIBLE_DEVICES in `env` if
+    set, else of the `gpus` this machine has (torch's count by default)."""
     visible = [d for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
     if not visible:
         if gpus is None:
@@ -212,9 +219,7 @@ def node_env(cfg, host: netns.Host, node: int, env: dict, gpus: int | None = Non
 
             gpus = torch.cuda.device_count()
         visible = [str(i) for i in range(gpus)]
-    per = int(cfg.launcher.workers_per_node)
-    env["CUDA_VISIBLE_DEVICES"] = ",".join(visible[(node * per + g) % len(visible)] for g in range(per))
-    return env
+    return ",".join(visible[(node * per + g) % len(visible)] for g in range(per))
 
 
 def start(cfg, c: netns.Cluster, launch_dir: Path, env: dict) -> tuple[int, str | None]:

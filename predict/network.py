@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 import socket
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 ALGORITHMS = ("nccl", "nccl-2.4", "ring", "tree", "hierarchical")
@@ -291,8 +291,7 @@ def emulated_spec(rate: str, directory: Path | None = None) -> dict:
     here = load(base, directory)
     ps = {"ps": {"rate_gbps": bps / 1e9, "alpha_s": here.ps.alpha_s}} if here.ps is not None else {}
     if here.host_cpu is not None:  # the same machine's cores, whatever the links
-        ps["host_cpu"] = {"cores": here.host_cpu.cores, "s_per_message": here.host_cpu.s_per_message,
-                          "s_per_byte": here.host_cpu.s_per_byte}
+        ps["host_cpu"] = asdict(here.host_cpu)
     return {"name": f"{EMULATED}{rate}", "gpus_per_node": 1, **ps,
             "description": f"emulated: tc rate {rate} between namespaces, no added delay, 1 CPU worker per host",
             "inter": {"rate_gbps": bps / 1e9, "alpha_s": here.inter.alpha_s},
@@ -419,40 +418,38 @@ def _host_cpu_fit(rows: list[dict]):
     worker-message at each key size (the median over repeated records), a line through the
     smallest and the largest (per-byte cost at least 0), or None without bursts that measured
     the CPU (no /proc/stat)."""
+    bursts = [r for r in rows if r.get("mode") == "ps" and r.get("collective") == "push_pull_burst"
+              and r.get("workers") == 2 and r.get("device") == "cpu" and r.get("cpu_busy_s") is not None
+              and not r.get("wrong") and "error" not in r]
+    if not bursts:
+        return None
+    sizes, busy = _medians_by_size([(r["key_bytes"], r["cpu_busy_s"]) for r in bursts])
+    slope = max(0.0, (busy[-1] - busy[0]) / (sizes[-1] - sizes[0])) if len(sizes) > 1 else 0.0
+    per_message = max(0.0, busy[0] - slope * sizes[0])
+    return {"cores": min(int(r["cores"]) for r in bursts), "s_per_message": per_message, "s_per_byte": slope}, \
+        sizes, busy
+
+
+def _medians_by_size(pairs) -> tuple[list[int], list[float]]:
+    """(sizes ascending, the median value at each) from (bytes, value) pairs of repeated records."""
     import statistics
 
     by_size: dict[int, list[float]] = {}
-    cores = set()
-    for r in rows:
-        if r.get("mode") == "ps" and r.get("collective") == "push_pull_burst" and r.get("workers") == 2 \
-                and r.get("device") == "cpu" and r.get("cpu_busy_s") is not None and not r.get("wrong") \
-                and "error" not in r:
-            by_size.setdefault(int(r["key_bytes"]), []).append(float(r["cpu_busy_s"]))
-            cores.add(int(r["cores"]))
-    if not by_size:
-        return None
+    for n, v in pairs:
+        by_size.setdefault(int(n), []).append(float(v))
     sizes = sorted(by_size)
-    busy = [statistics.median(by_size[n]) for n in sizes]
-    slope = max(0.0, (busy[-1] - busy[0]) / (sizes[-1] - sizes[0])) if len(sizes) > 1 else 0.0
-    per_message = max(0.0, busy[0] - slope * sizes[0])
-    return {"cores": min(cores), "s_per_message": per_message, "s_per_byte": slope}, sizes, busy
+    return sizes, [statistics.median(by_size[n]) for n in sizes]
 
 
 def _fit_sizes(rows: list[dict]):
     """(sizes, times, a, b): each size's median over repeated records of its mean call time, and
     t = a + b n through them by the predictor's fit (methods.mgwfbp.fit_alpha_beta: least
     relative squares, a, b >= 0); None with fewer than 2 sizes."""
-    import statistics
-
     from ddlbench.methods.mgwfbp import fit_alpha_beta
 
-    by_size: dict[int, list[float]] = {}
-    for r in rows:
-        by_size.setdefault(int(r["bytes"]), []).append(float(r["time_us"]) * 1e-6)
-    if len(by_size) < 2:
+    sizes, times = _medians_by_size([(r["bytes"], float(r["time_us"]) * 1e-6) for r in rows])
+    if len(sizes) < 2:
         return None
-    sizes = sorted(by_size)
-    times = [statistics.median(by_size[s]) for s in sizes]
     return (sizes, times, *fit_alpha_beta(sizes, times))
 
 

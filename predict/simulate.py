@@ -462,6 +462,7 @@ def simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opts
     cluster.nodes(workers)  # validates the worker count against the network
     cfg = method_config(method, opts.bytescheduler_ps)
     p = plan or plan_for(method, profile, cluster, workers, opts)
+    compute_s = profile.compute_s
     cpu_s = host_cpu_s(p, profile, cluster, workers, cfg, opts)
     if cpu_s:
         profile = stretched_backward(profile, cpu_s)
@@ -496,7 +497,7 @@ def simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opts
             f0 = max(b_end, max(done)) + unpack + sum(profile.update_s)
             updated = [f0] * n
     starts.append(f0)
-    return Result(method, workers, starts[-1] - starts[-2], profile.compute_s - cpu_s)
+    return Result(method, workers, starts[-1] - starts[-2], compute_s)
 
 
 def bytescheduler_units(profile: Profile, cfg: dict) -> tuple[list[int], list[int]]:
