@@ -57,7 +57,8 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
             last = _tick(progress, heartbeat, repeat, i, last)
         first = iteration
         _sync(ctx.device)
-        t0, t0_us, busy0 = time.perf_counter(), tracer.now_us(), hostcpu.busy_s()
+        busy0 = hostcpu.busy_s()  # read outside the block: the clock and its span time the iterations alone
+        t0, t0_us = time.perf_counter(), tracer.now_us()
         stamps = [t0]
         for i in range(p.warmup_iters, p.warmup_iters + p.measured_iters):
             one()
@@ -65,11 +66,12 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
                 sync.flush()  # the block ends when its last communication has landed
             stamps.append(_tick(progress, heartbeat, repeat, i, stamps[-1]))
         _sync(ctx.device)
-        t1, busy1 = time.perf_counter(), hostcpu.busy_s()
-        if busy0 is not None:
-            busy_cores.append((busy1 - busy0) / (t1 - t0))
+        t1 = time.perf_counter()
         tracer.complete("measure", "measure", t0_us, tracer.now_us(),
                         {"iter": first, "iters": p.measured_iters, "repeat": repeat})
+        busy1 = hostcpu.busy_s()
+        if busy0 is not None:
+            busy_cores.append((busy1 - busy0) / (t1 - t0))
         slowest = _slowest_rank([t1 - t0] + [b - a for a, b in zip(stamps, stamps[1:])], ctx)
         block_times.append(slowest[0])
         iter_times += slowest[1:]
