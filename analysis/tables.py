@@ -131,11 +131,18 @@ def cell_of(samples_per_sec_per_repeat: list[float], busy: list[float] | None = 
 
 
 def baseline_cell(cells: Cells) -> Cell | None:
-    """Single-worker throughput: at one worker every method is the same computation, so their
-    repeats pool; published one-worker rows (no std) average to a cell with no usable std."""
+    """Single-worker throughput: the one-worker runs of methods that only compute at one worker
+    (`config.compute_only_at_one_worker`: the same computation, so their repeats pool; this
+    runtime's PS methods and ByteScheduler also push or schedule at one worker), or every
+    one-worker run where there is none of those; published one-worker rows (no std) average to
+    a cell with no usable std."""
+    from ddlbench.config import compute_only_at_one_worker
+
     ones = [c for (_, w), c in cells.items() if w == 1]
     if not ones:
         return None
+    only = [c for (m, w), c in cells.items() if w == 1 and compute_only_at_one_worker(m)]
+    ones = only or ones
     if len(ones) == 1:
         return ones[0]
     if all(c.repeats for c in ones):

@@ -8,6 +8,7 @@ and records see concrete values.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import os
@@ -35,6 +36,21 @@ class ConfigError(ValueError):
 
 def conf_dir() -> Path:
     return Path(str(resources.files("ddlbench.conf")))
+
+
+@functools.lru_cache(maxsize=None)
+def compute_only_at_one_worker(method: str) -> bool:
+    """Whether one worker of `method` in this runtime only computes, so that its run measures the
+    setup's one-worker throughput: all-reduce methods (nothing to send) but ByteScheduler, whose
+    queue, threads and per-parameter updates run at one worker too; PS methods push through their
+    servers even then. False for a method with no config here."""
+    import yaml
+
+    path = conf_dir() / "method" / f"{method}.yaml"
+    if not path.exists():
+        return False
+    cfg = yaml.safe_load(path.read_text())
+    return cfg.get("architecture") == "a2a" and cfg.get("schedule") != "bytescheduler"
 
 
 def choices(group: str) -> list[str]:

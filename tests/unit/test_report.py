@@ -176,3 +176,18 @@ def test_ps_runs_with_the_default_servers_share_a_row_across_worker_counts():
     assert set(cells) == {("bsp-ps", 2), ("bsp-ps", 4)}
     (cells,) = tables.ours([rec(2, 2, 1.0), rec(4, 1, 2.0)]).values()
     assert len({m for m, _ in cells}) == 2 and all(m.startswith("bsp-ps cfg ") for m, _ in cells)
+
+
+def test_the_speedup_baseline_pools_only_one_worker_runs_that_only_compute():
+    # This runtime's PS methods push through their servers and ByteScheduler runs its machinery
+    # even at one worker: their one-worker runs are not the setup's one-worker throughput.
+    from ddlbench.analysis import tables
+
+    cells = {("bsp-a2a", 1): tables.cell_of([90.0, 110.0]), ("mg-wfbp", 1): tables.cell_of([100.0]),
+             ("bytescheduler-ps", 1): tables.cell_of([40.0, 40.0]), ("wfbp-ps", 1): tables.cell_of([50.0]),
+             ("bsp-a2a", 2): tables.cell_of([150.0])}
+    assert tables.baseline(cells) == pytest.approx(100.0)
+    assert tables.baseline_cell(cells).repeats == (90.0, 110.0, 100.0)
+    # with none of those, every one-worker run stands in
+    only_ps = {("bytescheduler-ps", 1): tables.cell_of([40.0]), ("wfbp-ps", 1): tables.cell_of([50.0])}
+    assert tables.baseline(only_ps) == pytest.approx(45.0)
