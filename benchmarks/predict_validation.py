@@ -22,6 +22,7 @@ import argparse
 import statistics
 import sys
 from collections import defaultdict
+from dataclasses import replace
 
 from ddlbench.analysis import reference
 from ddlbench.analysis.records import load
@@ -104,40 +105,64 @@ def run_threads(rec: dict) -> int:
     return int(t) if t else threads_for(rec["workers"] + (rec.get("servers") or 0))
 
 
-def local(results: str, local_network: str | None) -> tuple[dict, dict, list]:
+def one_worker_samples_per_sec(recs: list[dict]) -> float:
+    """The median over every repeat of these one-worker runs: one slow repeat on a shared
+    machine (seen: 242 beside 302 and 435-533 samples/s of the same step) moves a mean."""
+    return statistics.median(x for r in recs for x in (r.get("samples_per_sec_per_repeat") or [r["samples_per_sec"]]))
+
+
+def local(results: str, local_network: str | None) -> tuple[dict, dict, list, dict]:
     """Over our own records with a known network: ({method: [(predicted, measured)]} with the
-    workers sharing this machine, the same as if each had it alone, and the per-run rows
-    (method, network, workers, predicted, measured) of the first). Every worker of a run here
-    shared this machine's cores (local runs, and the emulated cluster's namespaces), so the
-    setup's one-worker throughput is rescaled to the device one worker of the W-worker run got:
-    by the ratio of two profiles measured now, one worker alone at the one-worker run's threads
-    against one worker beside W-1 others at the W-worker run's threads (profile.measured,
-    sharers=W; no communication runs in either)."""
-    from ddlbench.analysis import tables
+    workers sharing this machine, the same as if each had it alone, the per-run rows
+    (method, network, workers, predicted, measured) of the first, and {(model, batch, method):
+    ByteScheduler's calibrated machinery per unit in seconds}).
+
+    The setup's one-worker throughput: every one-worker run of a method that only computes at
+    one worker (`compute_only_at_one_worker`), on any network (one worker sends nothing), same
+    model, batch, device and backend. Every worker of a run here shared this machine's cores
+    (local runs, and the emulated cluster's namespaces), so it is rescaled to the device one
+    worker of the W-worker run got: by the ratio of two profiles measured now, one worker alone
+    at the one-worker run's threads against one worker beside W-1 others at the W-worker run's
+    threads (profile.measured, sharers=W; no communication runs in either). ByteScheduler's own
+    machinery is calibrated from the one-worker runs of that method where there are some
+    (`simulate.calibrate_unit_s`), and rescaled as the compute is."""
+    from ddlbench.config import compute_only_at_one_worker
     from ddlbench.predict import profile
 
     recs = [r for r in load([results]).records if r.get("status") == "ok" and r.get("samples_per_sec")]
-    base = {}
+    base, own = defaultdict(list), defaultdict(list)
     for r in recs:
-        if r["workers"] == 1:
-            base.setdefault((r["model"], r["local_batch"], tables.network_of(r)), []).append(r)
-    shared, alone, runs = defaultdict(list), defaultdict(list), []
+        if r["workers"] == 1 and r["method"] in simulate.METHODS:
+            key = (r["model"], r["local_batch"], r.get("device"), r.get("backend"))
+            if compute_only_at_one_worker(r["method"]):
+                base[key].append(r)
+            own[(*key, r["method"], record_network(r) or local_network)].append(r)
+    shared, alone, runs, units = defaultdict(list), defaultdict(list), [], {}
     for r in recs:
         net = record_network(r) or local_network
-        key = (r["model"], r["local_batch"], tables.network_of(r))
+        key = (r["model"], r["local_batch"], r.get("device"), r.get("backend"))
         if r["workers"] < 2 or net is None or key not in base or r["method"] not in simulate.METHODS:
             continue
-        x1 = statistics.mean(b["samples_per_sec"] for b in base[key])
+        x1 = one_worker_samples_per_sec(base[key])
         by_itself = profile.measured(r["model"], r["local_batch"], "cpu", threads=run_threads(base[key][0]))
         beside = profile.measured(r["model"], r["local_batch"], "cpu", threads=run_threads(r), sharers=r["workers"])
         stack_opts = cli.study_opts((r.get("config") or {}).get("profile", {}).get("name", "local"), stack="ddlbench",
                                     backend=r.get("backend"))
-        for pairs, one in ((shared, x1 * by_itself.compute_s / beside.compute_s), (alone, x1)):
-            p, _, _ = cli.predict(r["model"], [r["workers"]], net, (r["method"],), r["local_batch"], one, stack_opts,
+        unit_s = 0.0
+        mine = own.get((*key, r["method"], net))  # its one-worker runs, on the same network (PS: to the servers)
+        if mine and simulate.method_config(r["method"])["schedule"] == "bytescheduler":
+            prof1 = cli.load_profile(r["model"], r["local_batch"], x1)
+            unit_s = simulate.calibrate_unit_s(r["method"], prof1, network.load(net),
+                                               r["local_batch"] / one_worker_samples_per_sec(mine), stack_opts)
+            units[(r["model"], r["local_batch"], r["method"], net)] = unit_s
+        ratio = by_itself.compute_s / beside.compute_s
+        for pairs, one, u in ((shared, x1 * ratio, unit_s / ratio), (alone, x1, unit_s)):
+            opts = replace(stack_opts, bytescheduler_unit_s=u)
+            p, _, _ = cli.predict(r["model"], [r["workers"]], net, (r["method"],), r["local_batch"], one, opts,
                                   explain=False)
             pairs[r["method"]].append((p[(r["method"], r["workers"])].samples_per_sec, r["samples_per_sec"]))
         runs.append((r["method"], net, r["workers"], *shared[r["method"]][-1]))
-    return shared, alone, runs
+    return shared, alone, runs, units
 
 
 def spread(results: str, again: str) -> dict:
@@ -209,7 +234,7 @@ def main(argv=None) -> int:
     print("\nWhat dominates each prediction at 32 workers (then the largest exposed communication cost):")
     print(markdown(["method"] + models, [[m] + [s["dominant"][(model, m)] for model in models] for m in STUDY_METHODS]))
 
-    shared, alone, runs = local(a.results, a.local_network)
+    shared, alone, runs, units = local(a.results, a.local_network)
     print(f"\nAgainst real runs under {a.results}:")
     if not shared:
         print("  none with a known network: runs need a one-worker run of their setup and a network "
@@ -227,6 +252,10 @@ def main(argv=None) -> int:
     if a.again:
         print("(apart: |again - these| / these for each run measured in both: the measurement's own spread, "
               "a floor under any prediction's error)")
+    if units:
+        print("\nByteScheduler's own machinery, calibrated from its one-worker runs (per unit, one worker alone):")
+        print(markdown(["model", "local batch", "method", "network", "ms per unit"],
+                       [[*k, f"{v * 1e3:.3f}"] for k, v in sorted(units.items())]))
     print("\nPer run (sharing): predicted / measured samples/s")
     print(markdown(["method", "network", "workers", "predicted", "measured", "error"],
                    [[m, net, w, f"{p:.1f}", f"{x:.1f}", f"{(p - x) / x:+.0%}"] for m, net, w, p, x in sorted(runs)]))

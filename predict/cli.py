@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from . import network, profile, simulate
@@ -42,6 +42,7 @@ class Prediction:
                "iteration_s": self.iteration_s, "compute_s": self.compute_s,
                "one_worker_samples_per_sec": prof.samples_per_sec_1, "profile_source": prof.source,
                "stack": opts.stack, "algorithm": opts.algorithm, "bytescheduler_ps": opts.bytescheduler_ps,
+               "bytescheduler_unit_s": opts.bytescheduler_unit_s,
                "network_sources": cluster.sources, "git_commit": git_commit(), "predicted_at": now_iso()}
         if self.explanation:
             rec["dominant"] = self.explanation["dominant"]
@@ -172,6 +173,9 @@ def main(argv=None) -> int:
     ap.add_argument("--algorithm", default=None, choices=network.ALGORITHMS,
                     help="all-reduce algorithm (default: nccl-2.4 with --stack study, the study's NCCL 2.4.8; "
                          "nccl else; ring is what Gloo runs)")
+    ap.add_argument("--bytescheduler-unit-ms", type=float, default=0.0,
+                    help="with --stack ddlbench: ByteScheduler's own machinery per unit, from a one-worker run of "
+                         "the method (benchmarks/predict_validation.py prints it; 0: not modelled)")
     ap.add_argument("--results", default="results", help=f"appends to RESULTS/{DEFAULT_FILE}")
     ap.add_argument("--no-record", action="store_true", help="print only")
     a = ap.parse_args(argv)
@@ -182,7 +186,9 @@ def main(argv=None) -> int:
         methods = simulate.METHODS if a.methods == "all" else tuple(a.methods.split(","))
         for m in methods:
             simulate.method_config(m)
-        opts = study_opts(a.profile, a.stack, a.algorithm)
+        if not a.bytescheduler_unit_ms >= 0:
+            raise ValueError(f"--bytescheduler-unit-ms={a.bytescheduler_unit_ms!r} is invalid; accepted: >= 0")
+        opts = replace(study_opts(a.profile, a.stack, a.algorithm), bytescheduler_unit_s=a.bytescheduler_unit_ms / 1e3)
         net = network.with_intra(network.load(a.network), a.intra) if a.intra else a.network
         batch = a.local_batch or model_batch(a.model)
         prof = load_profile(a.model, batch, a.one_worker, a.profile_from, a.device)

@@ -55,11 +55,20 @@ same thing at the same time, and a server receives a partition from all m machin
   pending into buffers of at most 64 MiB (`HorovodCycle`). The response cache only shortens
   the negotiation inside a cycle, which is not timed here.
 
-Not modelled: compute slowed by concurrent communication kernels or copies; Python-side
-overheads of the schedulers (ByteScheduler's busy polling thread and the GIL, its per-parameter
-Python update); stragglers; the servers' CPU beyond summing, except on shared cores (above);
-the CPU of Gloo's all-reduces on shared cores (they are timed whole by commbench, but not
-charged to the compute they overlap). One scheduling step of our
+- ByteScheduler's own machinery in this runtime (stack "ddlbench": its dispatcher and completion
+  threads, per-parameter optimizer steps, forward pre-hooks, all under one GIL):
+  `Options.bytescheduler_unit_s` per unit, serial on the update path before each parameter's
+  update, calibrated from a one-worker run of the method (`calibrate_unit_s`: one worker of this
+  runtime runs the whole machinery, and pushes through its servers on PS). 0 by default;
+- one worker: compute only, but for this runtime's PS methods (its servers) and ByteScheduler
+  with a known machinery cost.
+
+Not modelled: compute slowed by concurrent communication kernels or copies; the study's
+ByteScheduler machinery (its busy polling thread and the GIL, its per-parameter Python update):
+its one-GPU rows ran without ByteScheduler (off at size 1), so no one-worker run gives its cost,
+and its ByteScheduler-A2A is predicted too fast; stragglers; the servers' CPU beyond summing,
+except on shared cores (above); the CPU of Gloo's all-reduces on shared cores (they are timed
+whole by commbench, but not charged to the compute they overlap). One scheduling step of our
 CreditQueue (push, pop, release) costs 0.47 us per partition on this project's CPU (measured with
 timeit over 400 partitions), so the queue's own cost is left out.
 """
@@ -216,6 +225,9 @@ class Options:
     backend: str | None = None      # the run's backend where known (gloo: its ring)
     bytescheduler_ps: str = "byteps"  # the study's variant (profile=study); "worker": ByteScheduler's queue
     servers: int | None = None      # PS servers; None = one per worker machine (the study)
+    bytescheduler_unit_s: float = 0.0  # ByteScheduler's own machinery per unit (this runtime's threads
+                                    # and per-parameter updates), serial on the update path; from a
+                                    # one-worker run of the method (`calibrate_unit_s`); 0: not modelled
     server_contention: bool = True  # False: a what-if for `explain`: each server link carries one
                                     # machine's bytes and summing is free
 
@@ -225,6 +237,8 @@ class Options:
         self.algorithm = self.algorithm or default_algorithm(self.stack, self.backend)
         if self.algorithm not in ALGORITHMS:
             raise ValueError(f"algorithm={self.algorithm!r} is unknown; accepted: {', '.join(ALGORITHMS)}")
+        if not self.bytescheduler_unit_s >= 0:
+            raise ValueError(f"bytescheduler_unit_s={self.bytescheduler_unit_s!r} is invalid; accepted: >= 0 seconds")
         from ddlbench.config import BYTESCHEDULER_PS_VARIANTS
 
         if self.bytescheduler_ps not in BYTESCHEDULER_PS_VARIANTS:
@@ -309,6 +323,10 @@ class PSComm:
         if not self.local_only:
             # each link direction, with its token bucket (the emulated cluster's; none on a real link)
             wire = cluster.ps or cluster.inter
+            if wire is None:
+                raise ValueError(f"network {cluster.name!r} has no link to a PS server (no `inter` or `ps` link), "
+                                 f"which this runtime's PS pushes through even on one machine; accepted: a network "
+                                 f"with one, or stack=study")
             self.up, self.down = Station(sim, bucket=Bucket(wire)), Station(sim, bucket=Bucket(wire))
             self.server_in = [Station(sim, bucket=Bucket(wire)) for _ in range(self.S)]
             self.server_out = [Station(sim, bucket=Bucket(wire)) for _ in range(self.S)]
@@ -457,10 +475,10 @@ def simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opts
     """The steady-state iteration time of `method` on `workers` workers of `cluster` (`plan`:
     the method's messages, decided beforehand; by default `plan_for` decides)."""
     opts = opts or Options()
-    if workers == 1:
+    cfg = method_config(method, opts.bytescheduler_ps)
+    if workers == 1 and not one_worker_works(cfg, opts):
         return Result(method, 1, profile.compute_s, profile.compute_s)
     cluster.nodes(workers)  # validates the worker count against the network
-    cfg = method_config(method, opts.bytescheduler_ps)
     p = plan or plan_for(method, profile, cluster, workers, opts)
     compute_s = profile.compute_s
     cpu_s = host_cpu_s(p, profile, cluster, workers, cfg, opts)
@@ -468,6 +486,10 @@ def simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opts
         profile = stretched_backward(profile, cpu_s)
     n = len(profile.names)
     tensor_bytes = profile.tensor_bytes
+    units = [0] * n  # ByteScheduler's units per parameter
+    if p.bytescheduler:
+        for i in bytescheduler_units(profile, cfg)[1]:
+            units[i] += 1
     updated = [0.0] * n
     order_by_need = sorted(range(n), key=profile.need_s.__getitem__)
     starts = []
@@ -486,9 +508,11 @@ def simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opts
         b_end = b0 + profile.backward_s
         done = _communicate(p, profile, cluster, workers, cfg, opts, b0, b_end)
         if p.bytescheduler:
-            cursor = 0.0  # per-parameter updates, in landing order, one at a time on the GPU
+            # per-parameter updates, in landing order, one at a time on the GPU, each after the
+            # machinery of its units
+            cursor = 0.0
             for i in sorted(range(n), key=done.__getitem__):
-                cursor = max(cursor, done[i]) + profile.update_s[i]
+                cursor = max(cursor, done[i]) + profile.update_s[i] + opts.bytescheduler_unit_s * units[i]
                 updated[i] = cursor
             f0 = b_end
         else:
@@ -498,6 +522,34 @@ def simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opts
             updated = [f0] * n
     starts.append(f0)
     return Result(method, workers, starts[-1] - starts[-2], compute_s)
+
+
+def one_worker_works(cfg: dict, opts: Options) -> bool:
+    """Whether one worker of this method does more than compute: this runtime pushes through
+    its servers even then, and runs ByteScheduler's machinery (where its cost is known); the
+    study's one-GPU runs did neither (BytePS not distributed, ByteScheduler off at size 1)."""
+    if opts.stack != "ddlbench":
+        return False
+    return cfg["architecture"] == "ps" or (cfg["schedule"] == "bytescheduler" and opts.bytescheduler_unit_s > 0)
+
+
+def calibrate_unit_s(method: str, profile: Profile, cluster: Cluster, one_worker_period_s: float,
+                     opts: Options) -> float:
+    """ByteScheduler's machinery per unit in this runtime (`Options.bytescheduler_unit_s`), from a
+    one-worker run of the method: the cost at which the model's one-worker iteration equals the
+    measured one (bisection: the iteration grows with it). 0 where the run was no slower than the
+    model without it. A one-worker profile of the method, never a multi-worker result."""
+    opts = replace(opts, stack="ddlbench")
+
+    def period(unit_s: float) -> float:
+        return simulate(method, profile, cluster, 1, replace(opts, bytescheduler_unit_s=unit_s)).period_s
+    lo, hi = 0.0, one_worker_period_s
+    if period(0.0) >= one_worker_period_s:
+        return 0.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if period(mid) < one_worker_period_s else (lo, mid)
+    return (lo + hi) / 2
 
 
 def bytescheduler_units(profile: Profile, cfg: dict) -> tuple[list[int], list[int]]:
@@ -545,6 +597,8 @@ def _communicate(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg:
     ready = [b0 + t for t in profile.ready_s]
     esize = profile.element_size
 
+    if p.bytescheduler and workers == 1 and not p.ps:
+        return ready  # one worker alone: each gradient is its own average as it appears
     if p.bytescheduler:
         parts, param_of = bytescheduler_units(profile, cfg)
         queue = CreditQueue(int(cfg["credit_params"]), parts)
@@ -615,7 +669,8 @@ def explain(method: str, profile: Profile, cluster: Cluster, workers: int, opts:
     """Where the predicted iteration goes: compute, and the exposed communication attributed by
     re-simulating without each cost in turn: latency (every alpha 0), bandwidth (every beta 0),
     server (servers as fast as one machine's link and summing free), cpu (PS messages free of
-    the cores that workers and servers share, `Cluster.host_cpu`). Each share is what the
+    the cores that workers and servers share, `Cluster.host_cpu`), scheduler (ByteScheduler's
+    own machinery free, `Options.bytescheduler_unit_s`). Each share is what the
     iteration would lose without that cost alone; shares overlap and need not add up."""
     opts = opts or Options()
     plan = plan_for(method, profile, cluster, workers, opts)  # the same decisions in every what-if
@@ -634,7 +689,10 @@ def explain(method: str, profile: Profile, cluster: Cluster, workers: int, opts:
               "server": max(0.0, base - simulate(method, profile, cluster, workers,
                                                  replace(opts, server_contention=False), plan).period_s),
               "cpu": max(0.0, base - simulate(method, profile, replace(cluster, host_cpu=None), workers, opts,
-                                              plan).period_s)}
+                                              plan).period_s),
+              "scheduler": max(0.0, base - simulate(method, profile, cluster, workers,
+                                                    replace(opts, bytescheduler_unit_s=0.0), plan).period_s)
+              if opts.bytescheduler_unit_s else 0.0}
     exposed = max(0.0, base - profile.compute_s)
     comm = {k: v for k, v in shares.items() if k != "compute"}
     dominant = "compute" if profile.compute_s >= exposed or not any(comm.values()) else max(comm, key=comm.get)

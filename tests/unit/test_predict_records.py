@@ -7,7 +7,7 @@ import pytest
 
 from ddlbench.analysis import summary, tables
 from ddlbench.analysis.records import load
-from ddlbench.predict import cli, profile
+from ddlbench.predict import cli, network, profile, simulate
 
 
 def _measured(method="bsp-a2a", workers=2, sps=10.0):
@@ -94,6 +94,7 @@ def test_bad_inputs_are_one_line(tmp_path, capsys):
     assert "accepted:" in capsys.readouterr().err
     assert cli.main(["--workers", "0", "--results", str(tmp_path)]) == 2
     assert cli.main(["--methods", "bogus", "--results", str(tmp_path)]) == 2
+    assert cli.main(["--bytescheduler-unit-ms", "-1", "--results", str(tmp_path)]) == 2
 
 
 def test_validation_reports_how_far_apart_two_benches_measured_the_same_runs(tmp_path):
@@ -114,3 +115,44 @@ def test_validation_reports_how_far_apart_two_benches_measured_the_same_runs(tmp
                                         "backend": "gloo", "engine": "torch"})
     apart = validation.spread(str(tmp_path / "b"), str(tmp_path / "a"))
     assert dict(apart) == {"wfbp-ps": pytest.approx([0.2, 0.1])}  # ddp: no run in both (1 worker left out)
+
+
+def test_validation_pools_one_worker_runs_and_calibrates_bytescheduler_from_its_own(tmp_path, monkeypatch):
+    """The setup's one-worker throughput is the median over every repeat of the one-worker runs
+    of methods that only compute at one worker, on any network; ByteScheduler's machinery comes
+    from that method's own one-worker runs (never from a multi-worker one)."""
+    import importlib.util
+
+    from ddlbench import record
+
+    spec = importlib.util.spec_from_file_location("predict_validation", Path(__file__).parents[2] / "benchmarks"
+                                                  / "predict_validation.py")
+    validation = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(validation)
+    from ddlbench.config import compute_only_at_one_worker
+
+    assert [compute_only_at_one_worker(m) for m in ("bsp-a2a", "ddp", "mg-wfbp", "horovod")] == [True] * 4
+    assert not any(compute_only_at_one_worker(m) for m in ("bytescheduler-a2a", "wfbp-ps", "bsp-ps", "nope"))
+    runs = [{"samples_per_sec": 9.0, "samples_per_sec_per_repeat": [6.0, 12.0]}, {"samples_per_sec": 30.0}]
+    assert validation.one_worker_samples_per_sec(runs) == 12.0  # median of 6, 12, 30, not a mean
+
+    fixed = cli.load_profile("tiny-resnet", 8, 100.0)
+    monkeypatch.setattr(profile, "measured", lambda *a, **k: fixed)  # no real profiling here
+
+    def write(method, workers, reps):
+        record.write(tmp_path, {**_measured(method, workers, sum(reps) / len(reps)),
+                                "samples_per_sec_per_repeat": reps, "env": {"OMP_NUM_THREADS": "1"}})
+    write("bsp-a2a", 1, [90.0, 100.0, 400.0])  # one disturbed repeat would move a mean to 197
+    write("bytescheduler-a2a", 2, [100.0])
+    base = validation.local(str(tmp_path), "loopback")
+    assert base[2][0][3] == pytest.approx(cli.predict("tiny-resnet", [2], "loopback", ("bytescheduler-a2a",), 8, 100.0,
+                                                      cli.study_opts("local", "ddlbench", backend="gloo"),
+                                                      explain=False)[0][("bytescheduler-a2a", 2)].samples_per_sec)
+    assert base[3] == {}  # no one-worker run of ByteScheduler: its machinery is not modelled
+    write("bytescheduler-a2a", 1, [40.0])  # the machinery more than halves one worker's throughput
+    shared, alone, runs, units = validation.local(str(tmp_path), "loopback")
+    unit_s = units[("tiny-resnet", 8, "bytescheduler-a2a", "loopback")]
+    one = simulate.simulate("bytescheduler-a2a", fixed, network.load("loopback"), 1,
+                            simulate.Options(stack="ddlbench", bytescheduler_unit_s=unit_s)).period_s
+    assert unit_s > 0 and one == pytest.approx(8 / 40.0, rel=1e-6)  # calibrated: the model's one worker is the run's
+    assert runs[0][3] < base[2][0][3]  # and the two-worker prediction pays it

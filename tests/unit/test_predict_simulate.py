@@ -232,3 +232,44 @@ def test_ps_messages_take_the_shared_cores_from_backward():
         == pytest.approx(period("wfbp-a2a", toy(), two_gpus()))
     ex = simulate.explain("wfbp-ps", toy(), shared, 2)
     assert ex["shares_s"]["cpu"] == pytest.approx(1.5) and ex["shares_s"]["compute"] == pytest.approx(4.0)
+
+
+def test_bytescheduler_machinery_delays_each_update_and_one_worker_calibrates_it():
+    # Stack ddlbench, one worker: nothing to send, each gradient lands as it appears (p2 2, p1 3,
+    # p0 4 in the first iteration, backward from 1). Each parameter is one unit; with 0.5 s of
+    # machinery per unit, updates come one at a time: p2 2.5, p1 3.5, p0 4.5. The next forward
+    # (from 4) needs p0 at once: it waits 0.5 s, and so in every iteration: 4.5 s against the
+    # compute's 4. At 1 s per unit: p2 3, p1 4, p0 5: 5 s.
+    ddl = simulate.Options(stack="ddlbench")
+    unit = lambda u: simulate.Options(stack="ddlbench", bytescheduler_unit_s=u)  # noqa: E731
+    assert period("bytescheduler-a2a", toy(), two_gpus(), workers=1, stack="ddlbench") == pytest.approx(4.0)
+    assert simulate.simulate("bytescheduler-a2a", toy(), two_gpus(), 1, unit(0.5)).period_s == pytest.approx(4.5)
+    assert simulate.simulate("bytescheduler-a2a", toy(), two_gpus(), 1, unit(1.0)).period_s == pytest.approx(5.0)
+    # the study's one GPU ran without ByteScheduler: compute only, whatever the machinery
+    study = simulate.Options(stack="study", bytescheduler_unit_s=1.0)
+    assert simulate.simulate("bytescheduler-a2a", toy(), two_gpus(), 1, study).period_s == pytest.approx(4.0)
+    # calibration from a one-worker run inverts it; a run no slower than the compute gives 0
+    assert simulate.calibrate_unit_s("bytescheduler-a2a", toy(), two_gpus(), 4.5, ddl) == pytest.approx(0.5)
+    assert simulate.calibrate_unit_s("bytescheduler-a2a", toy(), two_gpus(), 4.75, ddl) == pytest.approx(0.75)
+    assert simulate.calibrate_unit_s("bytescheduler-a2a", toy(), two_gpus(), 3.9, ddl) == 0.0
+    # Two workers (the overlap test above, 4.1 s without it): 0.2 s per unit puts p2's update at
+    # 3.2, p1's at 4.2, p0's at 5.2; the next forward from 4 needs p0 0.9 s in (4.9): 0.3 s late,
+    # backward from 5.3 to 8.3, the next iteration alike: 4.3 s.
+    prof = toy(need=(0.9, 0.3, 0.0))
+    assert simulate.simulate("bytescheduler-a2a", prof, two_gpus(), 2, unit(0.2)).period_s == pytest.approx(4.3)
+    assert simulate.explain("bytescheduler-a2a", prof, two_gpus(), 2, unit(0.2))["shares_s"]["scheduler"] == \
+        pytest.approx(0.2)  # what `make predict` names: the iteration without the machinery
+    with pytest.raises(ValueError, match="bytescheduler_unit_s=-1.*accepted: >= 0"):
+        simulate.Options(bytescheduler_unit_s=-1)
+
+
+def test_one_worker_of_this_runtimes_ps_pushes_through_its_servers():
+    # A 1 s/B link to the server: one worker's pushes dominate; the study's one GPU never
+    # reached a server (BytePS not distributed), and an all-reduce method sends nothing.
+    slow = two_gpus(inter=Link(0.0, 1.0))
+    assert period("bsp-ps", toy(), slow, workers=1, stack="ddlbench") > 100_000
+    assert period("bsp-ps", toy(), slow, workers=1, stack="study") == pytest.approx(4.0)
+    assert period("wfbp-a2a", toy(), slow, workers=1, stack="ddlbench") == pytest.approx(4.0)
+    # a network with no link to a server is a clear error, not a crash
+    with pytest.raises(ValueError, match="no link to a PS server.*accepted"):
+        period("bsp-ps", toy(), two_gpus(), workers=1, stack="ddlbench")
