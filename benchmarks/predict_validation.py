@@ -114,8 +114,8 @@ def one_worker_samples_per_sec(recs: list[dict]) -> float:
 def local(results: str, local_network: str | None) -> tuple[dict, dict, list, dict]:
     """Over our own records with a known network: ({method: [(predicted, measured)]} with the
     workers sharing this machine, the same as if each had it alone, the per-run rows
-    (method, network, workers, predicted, measured) of the first, and {(model, batch, method):
-    ByteScheduler's calibrated machinery per unit in seconds}).
+    (method, network, workers, predicted, measured) of the first, and {(model, batch, method,
+    network): ByteScheduler's calibrated machinery per unit in seconds}).
 
     The setup's one-worker throughput: every one-worker run of a method that only computes at
     one worker (`compute_only_at_one_worker`), on any network (one worker sends nothing), same
