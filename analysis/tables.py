@@ -141,7 +141,8 @@ def baseline_cell(cells: Cells) -> Cell | None:
     ones = [c for (_, w), c in cells.items() if w == 1]
     if not ones:
         return None
-    only = [c for (m, w), c in cells.items() if w == 1 and compute_only_at_one_worker(m)]
+    # a method row may carry its settings' hash ("bsp-a2a cfg 1234abcd"; see `ours`)
+    only = [c for (m, w), c in cells.items() if w == 1 and compute_only_at_one_worker(m.split(" cfg ")[0])]
     ones = only or ones
     if len(ones) == 1:
         return ones[0]

@@ -136,7 +136,10 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
             key = (r["model"], r["local_batch"], r.get("device"), r.get("backend"))
             if compute_only_at_one_worker(r["method"]):
                 base[key].append(r)
-            own[(*key, r["method"], record_network(r) or local_network)].append(r)
+            # an all-reduce method's one worker sends nothing: any link; PS's reach their servers over it
+            ps = simulate.method_config(r["method"])["architecture"] == "ps"
+            link = (record_network(r) or local_network) if ps else None
+            own[(*key, r["method"], link)].append(r)
     shared, alone, runs, units = defaultdict(list), defaultdict(list), [], {}
     for r in recs:
         net = record_network(r) or local_network
@@ -148,13 +151,14 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
         beside = profile.measured(r["model"], r["local_batch"], "cpu", threads=run_threads(r), sharers=r["workers"])
         stack_opts = cli.study_opts((r.get("config") or {}).get("profile", {}).get("name", "local"), stack="ddlbench",
                                     backend=r.get("backend"))
-        unit_s = 0.0
-        mine = own.get((*key, r["method"], net))  # its one-worker runs, on the same network (PS: to the servers)
-        if mine and simulate.method_config(r["method"])["schedule"] == "bytescheduler":
+        cfg = simulate.method_config(r["method"], stack_opts.bytescheduler_ps)
+        mine = own.get((*key, r["method"], net if cfg["architecture"] == "ps" else None))  # its one-worker runs
+        ukey = (r["model"], r["local_batch"], r["method"], net)
+        if mine and cfg["schedule"] == "bytescheduler" and cfg.get("scheduler") != "byteps" and ukey not in units:
             prof1 = cli.load_profile(r["model"], r["local_batch"], x1)
-            unit_s = simulate.calibrate_unit_s(r["method"], prof1, network.load(net),
-                                               r["local_batch"] / one_worker_samples_per_sec(mine), stack_opts)
-            units[(r["model"], r["local_batch"], r["method"], net)] = unit_s
+            units[ukey] = simulate.calibrate_unit_s(r["method"], prof1, network.load(net),
+                                                    r["local_batch"] / one_worker_samples_per_sec(mine), stack_opts)
+        unit_s = units.get(ukey, 0.0)
         ratio = by_itself.compute_s / beside.compute_s
         for pairs, one, u in ((shared, x1 * ratio, unit_s / ratio), (alone, x1, unit_s)):
             opts = replace(stack_opts, bytescheduler_unit_s=u)

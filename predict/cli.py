@@ -186,8 +186,9 @@ def main(argv=None) -> int:
         methods = simulate.METHODS if a.methods == "all" else tuple(a.methods.split(","))
         for m in methods:
             simulate.method_config(m)
-        if not a.bytescheduler_unit_ms >= 0:
-            raise ValueError(f"--bytescheduler-unit-ms={a.bytescheduler_unit_ms!r} is invalid; accepted: >= 0")
+        if not a.bytescheduler_unit_ms >= 0 or (a.bytescheduler_unit_ms and a.stack != "ddlbench"):
+            raise ValueError(f"--bytescheduler-unit-ms={a.bytescheduler_unit_ms!r} with --stack {a.stack} is invalid; "
+                             f"accepted: >= 0, and 0 but with --stack ddlbench (this runtime's machinery)")
         opts = replace(study_opts(a.profile, a.stack, a.algorithm), bytescheduler_unit_s=a.bytescheduler_unit_ms / 1e3)
         net = network.with_intra(network.load(a.network), a.intra) if a.intra else a.network
         batch = a.local_batch or model_batch(a.model)

@@ -237,8 +237,9 @@ class Options:
         self.algorithm = self.algorithm or default_algorithm(self.stack, self.backend)
         if self.algorithm not in ALGORITHMS:
             raise ValueError(f"algorithm={self.algorithm!r} is unknown; accepted: {', '.join(ALGORITHMS)}")
-        if not self.bytescheduler_unit_s >= 0:
-            raise ValueError(f"bytescheduler_unit_s={self.bytescheduler_unit_s!r} is invalid; accepted: >= 0 seconds")
+        if not self.bytescheduler_unit_s >= 0 or (self.bytescheduler_unit_s and self.stack != "ddlbench"):
+            raise ValueError(f"bytescheduler_unit_s={self.bytescheduler_unit_s!r} with stack={self.stack!r} is invalid; "
+                             f"accepted: >= 0 seconds, and 0 but with stack ddlbench (this runtime's machinery)")
         from ddlbench.config import BYTESCHEDULER_PS_VARIANTS
 
         if self.bytescheduler_ps not in BYTESCHEDULER_PS_VARIANTS:
@@ -526,27 +527,34 @@ def simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opts
 
 def one_worker_works(cfg: dict, opts: Options) -> bool:
     """Whether one worker of this method does more than compute: this runtime pushes through
-    its servers even then, and runs ByteScheduler's machinery (where its cost is known); the
-    study's one-GPU runs did neither (BytePS not distributed, ByteScheduler off at size 1)."""
+    its servers even then, and runs ByteScheduler (its machinery, and its updates as gradients
+    land); the study's one-GPU runs did neither (BytePS not distributed, ByteScheduler off at
+    size 1)."""
     if opts.stack != "ddlbench":
         return False
-    return cfg["architecture"] == "ps" or (cfg["schedule"] == "bytescheduler" and opts.bytescheduler_unit_s > 0)
+    return cfg["architecture"] == "ps" or cfg["schedule"] == "bytescheduler"
 
 
 def calibrate_unit_s(method: str, profile: Profile, cluster: Cluster, one_worker_period_s: float,
                      opts: Options) -> float:
     """ByteScheduler's machinery per unit in this runtime (`Options.bytescheduler_unit_s`), from a
     one-worker run of the method: the cost at which the model's one-worker iteration equals the
-    measured one (bisection: the iteration grows with it). 0 where the run was no slower than the
-    model without it. A one-worker profile of the method, never a multi-worker result."""
-    opts = replace(opts, stack="ddlbench")
+    measured one (bisection: the iteration grows with it), in the ddlbench stack (the runtime
+    that ran it). 0 where the run was no slower than the model without it. Its source is a
+    one-worker run of the method, never a multi-worker result."""
+    opts = replace(opts, stack="ddlbench", bytescheduler_unit_s=0.0)  # the runtime whose one worker ran
+    cfg = method_config(method, opts.bytescheduler_ps)
+    if cfg["schedule"] != "bytescheduler" or (cfg["architecture"] == "ps" and cfg.get("scheduler") == "byteps"):
+        raise ValueError(f"method {method!r} (bytescheduler_ps={opts.bytescheduler_ps!r}) has no ByteScheduler "
+                         f"queue to calibrate; accepted: bytescheduler-a2a, or bytescheduler-ps with its worker queue")
+    plan = plan_for(method, profile, cluster, 1, opts)
 
     def period(unit_s: float) -> float:
-        return simulate(method, profile, cluster, 1, replace(opts, bytescheduler_unit_s=unit_s)).period_s
+        return simulate(method, profile, cluster, 1, replace(opts, bytescheduler_unit_s=unit_s), plan).period_s
     lo, hi = 0.0, one_worker_period_s
     if period(0.0) >= one_worker_period_s:
         return 0.0
-    for _ in range(60):
+    for _ in range(50):  # to a 2^-50 share of the period; the period grows with the unit, >= it
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if period(mid) < one_worker_period_s else (lo, mid)
     return (lo + hi) / 2
@@ -692,7 +700,7 @@ def explain(method: str, profile: Profile, cluster: Cluster, workers: int, opts:
                                               plan).period_s),
               "scheduler": max(0.0, base - simulate(method, profile, cluster, workers,
                                                     replace(opts, bytescheduler_unit_s=0.0), plan).period_s)
-              if opts.bytescheduler_unit_s else 0.0}
+              if opts.bytescheduler_unit_s and plan.bytescheduler else 0.0}
     exposed = max(0.0, base - profile.compute_s)
     comm = {k: v for k, v in shares.items() if k != "compute"}
     dominant = "compute" if profile.compute_s >= exposed or not any(comm.values()) else max(comm, key=comm.get)

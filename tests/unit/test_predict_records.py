@@ -95,6 +95,7 @@ def test_bad_inputs_are_one_line(tmp_path, capsys):
     assert cli.main(["--workers", "0", "--results", str(tmp_path)]) == 2
     assert cli.main(["--methods", "bogus", "--results", str(tmp_path)]) == 2
     assert cli.main(["--bytescheduler-unit-ms", "-1", "--results", str(tmp_path)]) == 2
+    assert cli.main(["--bytescheduler-unit-ms", "0.5", "--results", str(tmp_path)]) == 2  # the study's stack
 
 
 def test_validation_reports_how_far_apart_two_benches_measured_the_same_runs(tmp_path):

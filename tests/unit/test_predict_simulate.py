@@ -245,13 +245,22 @@ def test_bytescheduler_machinery_delays_each_update_and_one_worker_calibrates_it
     assert period("bytescheduler-a2a", toy(), two_gpus(), workers=1, stack="ddlbench") == pytest.approx(4.0)
     assert simulate.simulate("bytescheduler-a2a", toy(), two_gpus(), 1, unit(0.5)).period_s == pytest.approx(4.5)
     assert simulate.simulate("bytescheduler-a2a", toy(), two_gpus(), 1, unit(1.0)).period_s == pytest.approx(5.0)
-    # the study's one GPU ran without ByteScheduler: compute only, whatever the machinery
-    study = simulate.Options(stack="study", bytescheduler_unit_s=1.0)
-    assert simulate.simulate("bytescheduler-a2a", toy(), two_gpus(), 1, study).period_s == pytest.approx(4.0)
+    # the study's one GPU ran without ByteScheduler: compute only; its machinery is no option
+    assert period("bytescheduler-a2a", toy(), two_gpus(), workers=1, stack="study") == pytest.approx(4.0)
+    with pytest.raises(ValueError, match="bytescheduler_unit_s=1.0 with stack='study' is invalid"):
+        simulate.Options(stack="study", bytescheduler_unit_s=1.0)
+    # one worker of this runtime updates each parameter as its gradient lands (0.1 s each here),
+    # hidden under backward but for the last: 4.1 s, not compute's 4.3; no jump at a tiny cost
+    upd = toy(update=(0.1, 0.1, 0.1))
+    assert upd.compute_s == pytest.approx(4.3)
+    assert period("bytescheduler-a2a", upd, two_gpus(), workers=1, stack="ddlbench") == pytest.approx(4.1)
+    assert simulate.simulate("bytescheduler-a2a", upd, two_gpus(), 1, unit(1e-9)).period_s == pytest.approx(4.1)
     # calibration from a one-worker run inverts it; a run no slower than the compute gives 0
     assert simulate.calibrate_unit_s("bytescheduler-a2a", toy(), two_gpus(), 4.5, ddl) == pytest.approx(0.5)
     assert simulate.calibrate_unit_s("bytescheduler-a2a", toy(), two_gpus(), 4.75, ddl) == pytest.approx(0.75)
     assert simulate.calibrate_unit_s("bytescheduler-a2a", toy(), two_gpus(), 3.9, ddl) == 0.0
+    with pytest.raises(ValueError, match="'wfbp-a2a' .* has no ByteScheduler queue to calibrate"):
+        simulate.calibrate_unit_s("wfbp-a2a", toy(), two_gpus(), 4.5, ddl)
     # Two workers (the overlap test above, 4.1 s without it): 0.2 s per unit puts p2's update at
     # 3.2, p1's at 4.2, p0's at 5.2; the next forward from 4 needs p0 0.9 s in (4.9): 0.3 s late,
     # backward from 5.3 to 8.3, the next iteration alike: 4.3 s.

@@ -191,3 +191,5 @@ def test_the_speedup_baseline_pools_only_one_worker_runs_that_only_compute():
     # with none of those, every one-worker run stands in
     only_ps = {("bytescheduler-ps", 1): tables.cell_of([40.0]), ("wfbp-ps", 1): tables.cell_of([50.0])}
     assert tables.baseline(only_ps) == pytest.approx(45.0)
+    # a method row carrying its settings' hash is still that method
+    assert tables.baseline({**only_ps, ("bsp-a2a cfg 1234abcd", 1): tables.cell_of([100.0])}) == pytest.approx(100.0)
