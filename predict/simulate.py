@@ -692,8 +692,8 @@ def explain(method: str, profile: Profile, cluster: Cluster, workers: int, opts:
         return max(0.0, base - simulate(method, profile, what_if, workers, opts, plan).period_s)
 
     shares = {"compute": profile.compute_s,
-              "latency": without(intra={"alpha": False}, inter={"alpha": False}),
-              "bandwidth": without(intra={"beta": False}, inter={"beta": False}),
+              "latency": without(intra={"alpha": False}, inter={"alpha": False}, ps={"alpha": False}),
+              "bandwidth": without(intra={"beta": False}, inter={"beta": False}, ps={"beta": False}),
               "server": max(0.0, base - simulate(method, profile, cluster, workers,
                                                  replace(opts, server_contention=False), plan).period_s),
               "cpu": max(0.0, base - simulate(method, profile, replace(cluster, host_cpu=None), workers, opts,

@@ -282,3 +282,14 @@ def test_one_worker_of_this_runtimes_ps_pushes_through_its_servers():
     # a network with no link to a server is a clear error, not a crash
     with pytest.raises(ValueError, match="no link to a PS server.*accepted"):
         period("bsp-ps", toy(), two_gpus(), workers=1, stack="ddlbench")
+
+
+def test_what_dominates_counts_the_ps_wire_where_one_was_measured():
+    # BSP-PS over a measured PS wire (commbench's ps mode) of alpha 5 s and no bandwidth cost,
+    # beside an all-reduce link that costs nothing: the rounds' latency is all the exposed cost.
+    # (Before, the latency what-if left the PS wire as it was and found no latency at all.)
+    from dataclasses import replace
+    cluster = replace(Cluster("toy", intra=None, inter=Link(0.0, 0.0), gpus_per_node=1), ps=Link(5.0, 0.0))
+    ex = simulate.explain("bsp-ps", toy(), cluster, 2, simulate.Options(stack="ddlbench"))
+    assert ex["exposed_comm_s"] > 4.0 and ex["shares_s"]["latency"] == pytest.approx(ex["exposed_comm_s"])
+    assert ex["shares_s"]["bandwidth"] == 0.0 and ex["dominant"] == "latency"
