@@ -154,7 +154,7 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
         cfg = simulate.method_config(r["method"], stack_opts.bytescheduler_ps)
         mine = own.get((*key, r["method"], net if cfg["architecture"] == "ps" else None))  # its one-worker runs
         ukey = (r["model"], r["local_batch"], r["method"], net)
-        if mine and cfg["schedule"] == "bytescheduler" and cfg.get("scheduler") != "byteps" and ukey not in units:
+        if mine and simulate.runs_bytescheduler_queue(cfg) and ukey not in units:
             prof1 = cli.load_profile(r["model"], r["local_batch"], x1)
             units[ukey] = simulate.calibrate_unit_s(r["method"], prof1, network.load(net),
                                                     r["local_batch"] / one_worker_samples_per_sec(mine), stack_opts)

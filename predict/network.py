@@ -316,13 +316,11 @@ def emulated_wire(link: Link, rate_bps: float, data: dict | None) -> tuple[Link,
     beta = 8 / (rate_bps * EMULATED_PAYLOAD_PER_WIRE_BYTE)
     note = (f"beta {beta:.4g} s/B: the tc rate ({rate_bps / 1e9:g} Gbit/s) at {EMULATED_PAYLOAD_PER_WIRE_BYTE:.4f} "
             f"payload bytes per wire byte (launch.netns measures it per link)")
-    if not data or not data.get("bytes"):
+    pairs = [(float(n), float(t)) for n, t in zip(data["bytes"], data["time_s"]) if float(t) > 0] if data else []
+    if not pairs:
         return replace(link, beta_s_per_byte=beta), note + "; alpha as loaded"
     # a 2-rank ring all-reduce of n bytes: t = 2 alpha + n beta (per link); alpha minimising
     # sum(((2 alpha + n beta - t) / t)^2)
-    pairs = [(float(n), float(t)) for n, t in zip(data["bytes"], data["time_s"]) if float(t) > 0]
-    if not pairs:
-        return replace(link, beta_s_per_byte=beta), note + "; alpha as loaded (no timed sizes)"
     two_alpha = sum((t - beta * n) / t ** 2 for n, t in pairs) / sum(1 / t ** 2 for _, t in pairs)
     alpha = max(0.0, two_alpha / 2)
     return replace(link, alpha_s=alpha, beta_s_per_byte=beta), \

@@ -61,7 +61,7 @@ same thing at the same time, and a server receives a partition from all m machin
   update, calibrated from a one-worker run of the method (`calibrate_unit_s`: one worker of this
   runtime runs the whole machinery, and pushes through its servers on PS). 0 by default;
 - one worker: compute only, but for this runtime's PS methods (its servers) and ByteScheduler
-  with a known machinery cost.
+  (its updates as gradients land, and its machinery): `config.compute_only_at_one_worker`.
 
 Not modelled: compute slowed by concurrent communication kernels or copies; the study's
 ByteScheduler machinery (its busy polling thread and the GIL, its per-parameter Python update):
@@ -434,6 +434,12 @@ def mgwfbp_alpha_beta(cluster: Cluster, workers: int, cfg: dict, opts: Options) 
     return fit_alpha_beta(sizes, [cluster.allreduce_s(s, workers, opts.algorithm) for s in sizes])
 
 
+def runs_bytescheduler_queue(cfg: dict) -> bool:
+    """Whether the method schedules through ByteScheduler's queue: the study's ByteScheduler-PS
+    (`scheduler: byteps`) is BytePS's server schedule behind WFBP-PS's pushes instead."""
+    return cfg["schedule"] == "bytescheduler" and cfg.get("scheduler") != "byteps"
+
+
 def plan_for(method: str, profile: Profile, cluster: Cluster, workers: int, opts: Options) -> Plan:
     cfg = method_config(method, opts.bytescheduler_ps)
     if method == "ddp":
@@ -454,7 +460,7 @@ def plan_for(method: str, profile: Profile, cluster: Cluster, workers: int, opts
                               [profile.numels[i] for i in order], int(cfg.get("min_group_numel", 0)))
         return Plan([[order[j] for j in g] for g in groups])
     if cfg["schedule"] == "bytescheduler":
-        if cfg["architecture"] == "ps" and cfg.get("scheduler") == "byteps":
+        if not runs_bytescheduler_queue(cfg):
             return Plan(grouped_messages(profile, 0), ps=True, server_schedule=True)
         return Plan([], bytescheduler=True, ps=cfg["architecture"] == "ps")
     raise ValueError(f"method {method!r} has schedule {cfg['schedule']!r}, unknown to the predictor")
@@ -530,9 +536,9 @@ def one_worker_works(cfg: dict, opts: Options) -> bool:
     its servers even then, and runs ByteScheduler (its machinery, and its updates as gradients
     land); the study's one-GPU runs did neither (BytePS not distributed, ByteScheduler off at
     size 1)."""
-    if opts.stack != "ddlbench":
-        return False
-    return cfg["architecture"] == "ps" or cfg["schedule"] == "bytescheduler"
+    from ddlbench.config import compute_only_at_one_worker
+
+    return opts.stack == "ddlbench" and not compute_only_at_one_worker(cfg["name"])
 
 
 def calibrate_unit_s(method: str, profile: Profile, cluster: Cluster, one_worker_period_s: float,
@@ -543,8 +549,7 @@ def calibrate_unit_s(method: str, profile: Profile, cluster: Cluster, one_worker
     that ran it). 0 where the run was no slower than the model without it. Its source is a
     one-worker run of the method, never a multi-worker result."""
     opts = replace(opts, stack="ddlbench", bytescheduler_unit_s=0.0)  # the runtime whose one worker ran
-    cfg = method_config(method, opts.bytescheduler_ps)
-    if cfg["schedule"] != "bytescheduler" or (cfg["architecture"] == "ps" and cfg.get("scheduler") == "byteps"):
+    if not runs_bytescheduler_queue(method_config(method, opts.bytescheduler_ps)):
         raise ValueError(f"method {method!r} (bytescheduler_ps={opts.bytescheduler_ps!r}) has no ByteScheduler "
                          f"queue to calibrate; accepted: bytescheduler-a2a, or bytescheduler-ps with its worker queue")
     plan = plan_for(method, profile, cluster, 1, opts)
