@@ -111,10 +111,24 @@ def one_worker_samples_per_sec(recs: list[dict]) -> float:
     return statistics.median(x for r in recs for x in (r.get("samples_per_sec_per_repeat") or [r["samples_per_sec"]]))
 
 
+def mgwfbp_resolved(rec: dict) -> tuple[tuple[float, float] | None, str]:
+    """MG-WFBP's alpha, beta as the run resolved them (its start-up fit, in its record), which
+    the prediction of that run takes, so that it times the run's own groups; and what the
+    predictor would have chosen alone is reported beside (`local`). (None, "") for another method."""
+    if rec["method"] != "mg-wfbp" or rec.get("alpha_s") is None or rec.get("beta_s_per_byte") is None:
+        return None, ""
+    return (float(rec["alpha_s"]), float(rec["beta_s_per_byte"])), ""
+
+
+def group_bytes(plan, prof) -> list[int]:
+    """A plan's messages as the runtime records its groups: bytes per group, in send order."""
+    return [sum(prof.tensor_bytes[i] for i in g) for g in plan.messages]
+
+
 def local(results: str, local_network: str | None) -> tuple[dict, dict, list, dict]:
     """Over our own records with a known network: ({method: [(predicted, measured)]} with the
     workers sharing this machine, the same as if each had it alone, the per-run rows
-    (method, network, workers, predicted, measured) of the first, and {(model, batch, method,
+    (method, network, workers, predicted, measured, MG-WFBP's plan check) of the first, and {(model, batch, method,
     network): ByteScheduler's calibrated machinery per unit in seconds}).
 
     The setup's one-worker throughput: every one-worker run of a method that only computes at
@@ -160,12 +174,17 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
                                                     r["local_batch"] / one_worker_samples_per_sec(mine), stack_opts)
         unit_s = units.get(ukey, 0.0)
         ratio = by_itself.compute_s / beside.compute_s
+        resolved, plan = mgwfbp_resolved(r)
         for pairs, one, u in ((shared, x1 * ratio, unit_s / ratio), (alone, x1, unit_s)):
-            opts = replace(stack_opts, bytescheduler_unit_s=u)
-            p, _, _ = cli.predict(r["model"], [r["workers"]], net, (r["method"],), r["local_batch"], one, opts,
-                                  explain=False)
+            opts = replace(stack_opts, bytescheduler_unit_s=u, mgwfbp_alpha_beta=resolved)
+            p, prof, cluster = cli.predict(r["model"], [r["workers"]], net, (r["method"],), r["local_batch"], one,
+                                           opts, explain=False)
             pairs[r["method"]].append((p[(r["method"], r["workers"])].samples_per_sec, r["samples_per_sec"]))
-        runs.append((r["method"], net, r["workers"], *shared[r["method"]][-1]))
+            if resolved and pairs is shared:  # would the predictor's own microbenchmark have chosen the same?
+                own_plan = simulate.plan_for(r["method"], prof, cluster, r["workers"], stack_opts)
+                plan = "same groups" if group_bytes(own_plan, prof) == list(r["groups"]) else \
+                    f"other: {len(own_plan.messages)} groups, the run {len(r['groups'])}"
+        runs.append((r["method"], net, r["workers"], *shared[r["method"]][-1], plan))
     return shared, alone, runs, units
 
 
@@ -261,8 +280,12 @@ def main(argv=None) -> int:
         print(markdown(["model", "local batch", "method", "network", "ms per unit"],
                        [[*k, f"{v * 1e3:.3f}"] for k, v in sorted(units.items())]))
     print("\nPer run (sharing): predicted / measured samples/s")
-    print(markdown(["method", "network", "workers", "predicted", "measured", "error"],
-                   [[m, net, w, f"{p:.1f}", f"{x:.1f}", f"{(p - x) / x:+.0%}"] for m, net, w, p, x in sorted(runs)]))
+    print(markdown(["method", "network", "workers", "predicted", "measured", "error", "MG-WFBP: predictor's own plan"],
+                   [[m, net, w, f"{p:.1f}", f"{x:.1f}", f"{(p - x) / x:+.0%}", plan or "-"]
+                    for m, net, w, p, x, plan in sorted(runs)]))
+    print("(MG-WFBP is predicted with the run's own start-up alpha, beta (its record), so it times the groups "
+          "the run sent; the last column says whether the predictor's model of that microbenchmark alone "
+          "chooses the same groups)")
     return 0
 
 

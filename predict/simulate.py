@@ -7,7 +7,9 @@ Every schedule decision is the runtime's own code, imported, never copied:
 - MG-WFBP groups: `methods.mgwfbp.merge_groups` with the profile's t_b and the study's
   small-group rule (`min_group_numel`), its alpha/beta either the table the study's code used
   (`Cluster.mgwfbp_table`, stack "study") or `mgwfbp.fit_alpha_beta` over the runtime's
-  microbenchmark sizes (`mgwfbp.bench_sizes`) timed by this model, as ddlbench fits at start-up;
+  start-up microbenchmark (`mgwfbp.bench_sizes`, medians of back-to-back calls) timed by this
+  model, token buckets included (`microbenchmark_s`), as ddlbench fits at start-up; a recorded
+  run's own alpha/beta where given (`Options.mgwfbp_alpha_beta`);
 - ByteScheduler: `methods.bytescheduler.CreditQueue` (partition and credit in parameters, pid =
   priority in forward order, ByteScheduler's credit rule);
 - PS: `methods.ps.plan` (4,096,000-byte partitions, server = djb2(key) % S), the servers'
@@ -230,6 +232,8 @@ class Options:
                                     # one-worker run of the method (`calibrate_unit_s`); 0: not modelled
     server_contention: bool = True  # False: a what-if for `explain`: each server link carries one
                                     # machine's bytes and summing is free
+    mgwfbp_alpha_beta: tuple[float, float] | None = None  # MG-WFBP's alpha, beta as a run resolved
+                                    # them (its record's start-up fit); None: `mgwfbp_alpha_beta()`
 
     def __post_init__(self):
         if self.stack not in STACKS:
@@ -237,6 +241,10 @@ class Options:
         self.algorithm = self.algorithm or default_algorithm(self.stack, self.backend)
         if self.algorithm not in ALGORITHMS:
             raise ValueError(f"algorithm={self.algorithm!r} is unknown; accepted: {', '.join(ALGORITHMS)}")
+        if self.mgwfbp_alpha_beta is not None and not (len(self.mgwfbp_alpha_beta) == 2
+                                                       and all(v >= 0 for v in self.mgwfbp_alpha_beta)):
+            raise ValueError(f"mgwfbp_alpha_beta={self.mgwfbp_alpha_beta!r} is invalid; accepted: (alpha_s, "
+                             f"beta_s_per_byte), both >= 0, or None")
         if not self.bytescheduler_unit_s >= 0 or (self.bytescheduler_unit_s and self.stack != "ddlbench"):
             raise ValueError(f"bytescheduler_unit_s={self.bytescheduler_unit_s!r} with stack={self.stack!r} is invalid; "
                              f"accepted: >= 0 seconds, and 0 but with stack ddlbench (this runtime's machinery)")
@@ -255,16 +263,19 @@ def default_algorithm(stack: str, backend: str | None = None) -> str:
     return "ring" if backend == "gloo" else "nccl"
 
 
+def ring_bucket(cluster: Cluster, workers: int, algorithm: str) -> Bucket | None:
+    """The token bucket an all-reduce stream sees, or None: a ring of one-worker machines (the
+    emulated cluster) sends 2 (W-1) / W of each all-reduce through every link direction, each
+    behind its own bucket, alike: one stands for all."""
+    m, g = cluster.nodes(workers)
+    return Bucket(cluster.inter) if m > 1 and g == 1 and algorithm == "ring" else None
+
+
 class AllReduceComm:
     """One NCCL stream: collectives one at a time, in submission order."""
 
     def __init__(self, sim: Sim, cluster: Cluster, workers: int, algorithm: str):
-        m, g = cluster.nodes(workers)
-        # a ring of one-worker machines (the emulated cluster) sends 2 (W-1) / W of each
-        # all-reduce through every link direction, each behind its own bucket, alike: one stands
-        # for all
-        ring = m > 1 and g == 1 and algorithm == "ring"
-        self.stream = Station(sim, bucket=Bucket(cluster.inter) if ring else None)
+        self.stream = Station(sim, bucket=ring_bucket(cluster, workers, algorithm))
         self.cluster, self.workers, self.algorithm = cluster, workers, algorithm
 
     def send(self, nbytes: int, extra_s: float, on_done) -> None:
@@ -422,16 +433,45 @@ def grouped_messages(profile: Profile, threshold: int, by_bytes: bool = False) -
 
 
 def mgwfbp_alpha_beta(cluster: Cluster, workers: int, cfg: dict, opts: Options) -> tuple[float, float]:
-    """The alpha, beta MG-WFBP decides with: set in the config; else the study's table for this
-    worker count (stack study); else a relative least-squares fit of this model's all-reduce
-    times over the runtime's microbenchmark sizes, as ddlbench fits at start-up."""
+    """The alpha, beta MG-WFBP decides with: a run's own (`Options.mgwfbp_alpha_beta`, to
+    predict that run); else set in the config; else the study's table for this worker count
+    (stack study); else a relative least-squares fit of this model's all-reduce times over the
+    runtime's microbenchmark (`microbenchmark_s`), as ddlbench fits at start-up."""
+    if opts.mgwfbp_alpha_beta is not None:
+        return opts.mgwfbp_alpha_beta
     if cfg.get("alpha_s") is not None and cfg.get("beta_s_per_byte") is not None:
         return float(cfg["alpha_s"]), float(cfg["beta_s_per_byte"])  # the method config's
     if opts.stack == "study" and workers in cluster.mgwfbp_table:
         return cluster.mgwfbp_table[workers]  # the study's table
     sizes = bench_sizes(int(cfg.get("bench_min_bytes", 32768)), int(cfg.get("bench_max_bytes", 2064384)))
-    # fitted to this model's all-reduce times at the runtime's microbenchmark sizes
-    return fit_alpha_beta(sizes, [cluster.allreduce_s(s, workers, opts.algorithm) for s in sizes])
+    return fit_alpha_beta(sizes, microbenchmark_s(cluster, workers, sizes, int(cfg.get("bench_reps", 5)),
+                                                  opts.algorithm))
+
+
+def microbenchmark_s(cluster: Cluster, workers: int, sizes: list[int], reps: int, algorithm: str) -> list[float]:
+    """The runtime's MG-WFBP microbenchmark (`methods.mgwfbp.MGWFBP._microbenchmark`) as this
+    model times it: per size, in increasing order, 1 + `reps` blocking all-reduces one after
+    another, each after a barrier (an all-reduce of one element), and the median of the timed
+    `reps`. Through a token bucket (the emulated cluster's links) the order matters: the bucket
+    starts full (the backward profile before it sends nothing) and refills only while the
+    barriers run, so the first sizes pass on its tokens and the rest at the rate, as measured
+    (32 KiB across two hosts at 100 Mbit/s: 0.4-0.7 ms, where the rate alone takes 2.7 ms). The
+    fit then reads a start-up time near 0, and MG-WFBP merges only what `min_group_numel`
+    forces, as the runtime did there."""
+    bucket = ring_bucket(cluster, workers, algorithm)
+    per_link = 2 * (workers - 1) / workers
+    barrier_s = cluster.allreduce_s(4, workers, algorithm)
+    now, out = 0.0, []
+    for size in sizes:
+        base_s, timed = cluster.allreduce_s(size, workers, algorithm), []
+        for rep in range(1 + reps):
+            now += barrier_s
+            dur = bucket.duration_s(now, per_link * size, base_s) if bucket else base_s
+            now += dur
+            if rep:
+                timed.append(dur)
+        out.append(statistics.median(timed))
+    return out
 
 
 def runs_bytescheduler_queue(cfg: dict) -> bool:

@@ -1,6 +1,7 @@
 """Predictions are labelled, never read as measurements, and never calibrated on multi-worker rows."""
 import csv
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -157,3 +158,35 @@ def test_validation_pools_one_worker_runs_and_calibrates_bytescheduler_from_its_
                             simulate.Options(stack="ddlbench", bytescheduler_unit_s=unit_s)).period_s
     assert unit_s > 0 and one == pytest.approx(8 / 40.0, rel=1e-6)  # calibrated: the model's one worker is the run's
     assert runs[0][3] < base[2][0][3]  # and the two-worker prediction pays it
+
+
+def test_validation_predicts_an_mgwfbp_run_with_its_own_start_up_fit(tmp_path, monkeypatch):
+    """The run's record says which alpha, beta its start-up microbenchmark gave; the prediction
+    of that run times the groups they chose, and the row says whether the predictor alone would
+    have chosen the same."""
+    import importlib.util
+
+    from ddlbench import record
+
+    spec = importlib.util.spec_from_file_location("predict_validation", Path(__file__).parents[2] / "benchmarks"
+                                                  / "predict_validation.py")
+    validation = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(validation)
+    fixed = cli.load_profile("tiny-resnet", 8, 100.0)
+    monkeypatch.setattr(profile, "measured", lambda *a, **k: fixed)
+    opts = cli.study_opts("local", "ddlbench", backend="gloo")
+    wfbp_like = simulate.plan_for("mg-wfbp", fixed, network.load("loopback"), 2,
+                                  simulate.Options(stack="ddlbench", backend="gloo", mgwfbp_alpha_beta=(0.0, 1e-9)))
+    record.write(tmp_path, {**_measured("bsp-a2a", 1, 100.0), "env": {"OMP_NUM_THREADS": "1"}})
+    record.write(tmp_path, {**_measured("mg-wfbp", 2, 150.0), "env": {"OMP_NUM_THREADS": "1"}, "alpha_s": 0.0,
+                            "beta_s_per_byte": 1e-9, "groups": validation.group_bytes(wfbp_like, fixed)})
+    (row,) = validation.local(str(tmp_path), "loopback")[2]
+    own = cli.predict("tiny-resnet", [2], "loopback", ("mg-wfbp",), 8, 100.0,
+                      replace(opts, mgwfbp_alpha_beta=(0.0, 1e-9)),
+                      explain=False)[0][("mg-wfbp", 2)].samples_per_sec
+    assert row[3] == pytest.approx(own)
+    mine = simulate.plan_for("mg-wfbp", fixed, network.load("loopback"), 2, opts)
+    assert mine.messages != wfbp_like.messages  # loopback's fit merges otherwise than alpha 0 does
+    assert row[5] == f"other: {len(mine.messages)} groups, the run {len(wfbp_like.messages)}"
+    assert cli.predict("tiny-resnet", [2], "loopback", ("mg-wfbp",), 8, 100.0, opts,
+                       explain=False)[0][("mg-wfbp", 2)].samples_per_sec != pytest.approx(own)

@@ -73,6 +73,41 @@ def test_mgwfbp_small_groups_always_merge_as_in_the_study():
     assert plan.messages == [[2, 1, 0]]
 
 
+def test_mgwfbp_fit_times_the_runtimes_microbenchmark_through_the_links_token_bucket():
+    # 2 machines of 1 GPU, Gloo's ring: an all-reduce of n bytes takes 2 alpha + n beta and sends
+    # n bytes through each link direction, whose bucket holds 1,000 B. Alpha 1 ms, beta 1 us/B:
+    # the barrier before each call (2.004 ms) refills the bucket, so every call of 500 B takes
+    # 2.5 - 0.5 = 2 ms and of 5,000 B 7 - 1 = 6 ms, not the 2.5 and 7 the link's line gives
+    bucket = Cluster("toy", intra=None, inter=Link(0.001, 1e-6, burst_bytes=1000), gpus_per_node=1)
+    assert simulate.microbenchmark_s(bucket, 2, [500, 5000], 2, "ring") == pytest.approx([0.002, 0.006])
+    # a real link (no bucket) gives the line
+    line = Cluster("toy", intra=None, inter=Link(0.001, 1e-6), gpus_per_node=1)
+    assert simulate.microbenchmark_s(line, 2, [500, 5000], 2, "ring") == pytest.approx([0.0025, 0.007])
+    # alpha 0: barriers of 4 us refill 4 B, so back-to-back calls drain it. Calls of 500 B:
+    # 0 (1,000 tokens), 0 (504 left), then 8 and 4 tokens: 0.5 - 0.008 and 0.5 - 0.004 ms;
+    # the median of the 3 timed (after one untimed): 0.492 ms
+    drained = Cluster("toy", intra=None, inter=Link(0.0, 1e-6, burst_bytes=1000), gpus_per_node=1)
+    assert simulate.microbenchmark_s(drained, 2, [500], 3, "ring") == pytest.approx([0.000492])
+    # what MG-WFBP then decides with: the runtime's fit of those times, not of the line's
+    opts, cfg = simulate.Options(stack="ddlbench", backend="gloo"), simulate.method_config("mg-wfbp")
+    a, b = simulate.mgwfbp_alpha_beta(bucket, 2, cfg, opts)
+    sizes = simulate.bench_sizes(cfg["bench_min_bytes"], cfg["bench_max_bytes"])
+    times = simulate.microbenchmark_s(bucket, 2, sizes, cfg["bench_reps"], "ring")
+    assert (a, b) == pytest.approx(simulate.fit_alpha_beta(sizes, times))
+    assert (a, b) != pytest.approx(simulate.fit_alpha_beta(sizes, [bucket.allreduce_s(n, 2, "ring") for n in sizes]))
+
+
+def test_a_runs_own_mgwfbp_alpha_beta_decide_its_groups():
+    # the validation predicts a recorded run with the alpha, beta its start-up fit chose
+    prof = toy(ready=(1.5, 1.2, 1.0))
+    cluster = two_gpus(table={2: (0.5, 1e-9)})
+    assert simulate.plan_for("mg-wfbp", prof, cluster, 2, simulate.Options()).messages == [[2, 1, 0]]
+    own = simulate.Options(mgwfbp_alpha_beta=(0.0, 1e-9))  # alpha 0: nothing merges (10,000 >= 8,192)
+    assert simulate.plan_for("mg-wfbp", prof, cluster, 2, own).messages == [[2], [1], [0]]
+    with pytest.raises(ValueError, match=r"mgwfbp_alpha_beta=\(-1\.0, 1e-09\) is invalid; accepted"):
+        simulate.Options(mgwfbp_alpha_beta=(-1.0, 1e-9))
+
+
 def test_bytescheduler_credit_and_overlap_with_the_next_forward():
     # One partition per tensor (4,000,000 params each); credit 16,000,000 never binds here.
     # p0 is needed late in forward (0.9 s in), p2 first. Iteration 1: backward [1, 4]; p2 [2, 3],
