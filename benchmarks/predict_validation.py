@@ -111,13 +111,13 @@ def one_worker_samples_per_sec(recs: list[dict]) -> float:
     return statistics.median(x for r in recs for x in (r.get("samples_per_sec_per_repeat") or [r["samples_per_sec"]]))
 
 
-def mgwfbp_resolved(rec: dict) -> tuple[tuple[float, float] | None, str]:
+def mgwfbp_resolved(rec: dict) -> tuple[float, float] | None:
     """MG-WFBP's alpha, beta as the run resolved them (its start-up fit, in its record), which
-    the prediction of that run takes, so that it times the run's own groups; and what the
-    predictor would have chosen alone is reported beside (`local`). (None, "") for another method."""
+    the prediction of that run takes, so that it times the run's own groups (`local` reports
+    beside whether the predictor alone would have chosen them); None for another method."""
     if rec["method"] != "mg-wfbp" or rec.get("alpha_s") is None or rec.get("beta_s_per_byte") is None:
-        return None, ""
-    return (float(rec["alpha_s"]), float(rec["beta_s_per_byte"])), ""
+        return None
+    return float(rec["alpha_s"]), float(rec["beta_s_per_byte"])
 
 
 def group_bytes(plan, prof) -> list[int]:
@@ -174,7 +174,7 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
                                                     r["local_batch"] / one_worker_samples_per_sec(mine), stack_opts)
         unit_s = units.get(ukey, 0.0)
         ratio = by_itself.compute_s / beside.compute_s
-        resolved, plan = mgwfbp_resolved(r)
+        resolved, plan = mgwfbp_resolved(r), ""
         for pairs, one, u in ((shared, x1 * ratio, unit_s / ratio), (alone, x1, unit_s)):
             opts = replace(stack_opts, bytescheduler_unit_s=u, mgwfbp_alpha_beta=resolved)
             p, prof, cluster = cli.predict(r["model"], [r["workers"]], net, (r["method"],), r["local_batch"], one,

@@ -455,9 +455,11 @@ def microbenchmark_s(cluster: Cluster, workers: int, sizes: list[int], reps: int
     `reps`. Through a token bucket (the emulated cluster's links) the order matters: the bucket
     starts full (the backward profile before it sends nothing) and refills only while the
     barriers run, so the first sizes pass on its tokens and the rest at the rate, as measured
-    (32 KiB across two hosts at 100 Mbit/s: 0.4-0.7 ms, where the rate alone takes 2.7 ms). The
-    fit then reads a start-up time near 0, and MG-WFBP merges only what `min_group_numel`
-    forces, as the runtime did there."""
+    (32 KiB across two hosts at 100 Mbit/s: 0.4-0.7 ms, where the rate alone takes 2.7 ms).
+    There the fit then reads a start-up time of 0, and MG-WFBP merges only what
+    `min_group_numel` forces, as the runtime did (at 1 Gbit/s the runtime read 0-0.1 ms and
+    this model 1.1 ms: its small-message alpha is commbench's mean, slow tail included, where
+    the runtime fits medians)."""
     bucket = ring_bucket(cluster, workers, algorithm)
     per_link = 2 * (workers - 1) / workers
     barrier_s = cluster.allreduce_s(4, workers, algorithm)
