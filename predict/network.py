@@ -182,6 +182,17 @@ class Cluster:
         leaders = 2 * (m - 1) * self.inter.time_s(nbytes / m)
         return inside + leaders
 
+    def broadcast_s(self, nbytes: float, workers: int, binomial: bool) -> float:
+        """One broadcast of n bytes from one rank to the others: Gloo's binomial tree
+        (gloo/broadcast.cc: ceil(log2 W) rounds, each a whole message over the slowest link),
+        else NCCL's ring broadcast, a pipelined chain (W - 1 hops' start-up, the bytes once)."""
+        if workers == 1:
+            return 0.0
+        links = self._links(workers)
+        if binomial:
+            return math.ceil(math.log2(workers)) * max(link.time_s(nbytes) for link in links)
+        return (workers - 1) * max(link.alpha_s for link in links) + nbytes * max(link.beta_s_per_byte for link in links)
+
     def allreduce_s(self, nbytes: float, workers: int, algorithm: str = "nccl") -> float:
         if workers == 1:
             return 0.0

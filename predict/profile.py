@@ -33,7 +33,7 @@ from __future__ import annotations
 import csv
 import json
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 GPU_PEAK_FLOPS = 13.45e12   # RTX 2080 Ti fp32, boost (NVIDIA specification)
@@ -59,6 +59,8 @@ class Profile:
     update_s: list[float]      # forward order: parameter i's optimizer step
     source: str
     samples_per_sec_1: float   # the one-worker throughput the profile is scaled to
+    buffer_bytes: list[int] = field(default_factory=list)  # the module's buffers (BatchNorm's running
+                               # statistics...), bytes per dtype: what DDP broadcasts before each forward
 
     @property
     def compute_s(self) -> float:
@@ -173,7 +175,18 @@ def _hooked_pass(model: str, w, batch, now) -> "Profile":
     numels = [p.numel() for _, p in named]
     return Profile(model, w.local_batch, [n for n, _ in named], numels, named[0][1].element_size(),
                    [named[i][0] for i in order], [ready[i] for i in range(len(named))], need, forward_s, backward_s,
-                   [0.0] * len(named), "roofline", 0.0)
+                   [0.0] * len(named), "roofline", 0.0, buffer_buckets(w.model))
+
+
+def buffer_buckets(module) -> list[int]:
+    """Bytes of each broadcast DDP makes of `module`'s buffers before every forward
+    (broadcast_buffers, on by default: `_sync_buffers` -> c10d's broadcast_coalesced over all
+    named buffers, persistent or not, in buckets of one dtype of up to 250 MiB): one per dtype,
+    in first-seen order. [] for a model without buffers."""
+    out: dict = {}
+    for b in module.buffers():
+        out[b.dtype] = out.get(b.dtype, 0) + b.numel() * b.element_size()
+    return list(out.values())
 
 
 WINDOW_S = 3.0             # a measured profile covers at least this long (hundreds of scheduler slices)
@@ -340,7 +353,7 @@ def _measure(model: str, local_batch: int, dev, iters: int, warmup: int, min_win
                   [mid([r.ready_s[i] for r in runs]) for i in range(len(first.names))],
                   [mid([r.need_s[i] for r in runs]) for i in range(len(first.names))],
                   mid([r.forward_s for r in runs]), mid([r.backward_s for r in runs]),
-                  [step_s * n / total for n in first.numels], "measured", 0.0)
+                  [step_s * n / total for n in first.numels], "measured", 0.0, first.buffer_bytes)
     out.samples_per_sec_1 = local_batch / out.compute_s
     return out, statistics.mean(whole)
 
@@ -359,7 +372,9 @@ def derived(model: str, local_batch: int, samples_per_sec_1: float, cache: bool 
 def _read_cached(path: Path) -> Profile | None:
     """A cached profile, or None where there is none or it does not parse (then it is made again)."""
     try:
-        return Profile(**json.loads(path.read_text()))
+        fields = json.loads(path.read_text())
+        # a profile cached before its buffers were recorded is made again, not read as having none
+        return Profile(**fields) if "buffer_bytes" in fields else None
     except (OSError, ValueError, TypeError):
         return None
 

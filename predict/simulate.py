@@ -14,7 +14,10 @@ Every schedule decision is the runtime's own code, imported, never copied:
   priority in forward order, ByteScheduler's credit rule);
 - PS: `methods.ps.plan` (4,096,000-byte partitions, server = djb2(key) % S), the servers'
   `ps.EngineMap` (key -> engine thread) and, for BytePS's server schedule, `ps.ScheduledQueue`;
-- DDP: `fuse_by_threshold` in bytes with DDP's bucket caps (1 MiB first bucket, then 25 MiB).
+- DDP: `fuse_by_threshold` in bytes with DDP's bucket caps (1 MiB first bucket, then 25 MiB),
+  and before every forward DDP's broadcast of the module's buffers from rank 0 (broadcast_buffers,
+  its default: one broadcast per buffer dtype, `buffer_sync_s`; BatchNorm's running statistics,
+  BERT's position and token-type ids).
 
 What is modelled (one worker stands for all: workers are identical, so every machine does the
 same thing at the same time, and a server receives a partition from all m machines at once):
@@ -423,6 +426,7 @@ class Plan:
     bytescheduler: bool = False  # partitions through a CreditQueue, per-parameter updates
     ps: bool = False
     server_schedule: bool = False
+    buffer_sync: bool = False    # DDP: a broadcast of the module's buffers before every forward
 
 
 def grouped_messages(profile: Profile, threshold: int, by_bytes: bool = False) -> list[list[int]]:
@@ -490,7 +494,7 @@ def plan_for(method: str, profile: Profile, cluster: Cluster, workers: int, opts
         order = [i for i in reversed(range(len(profile.names))) if i not in taken]
         cap = int(cfg["bucket_cap_mb"]) << 20
         rest = fuse_by_threshold([profile.numels[i] * profile.element_size for i in order], cap)
-        return Plan([first] + [[order[j] for j in g] for g in rest])
+        return Plan([first] + [[order[j] for j in g] for g in rest], buffer_sync=True)
     if cfg["schedule"] == "bsp":
         return Plan(grouped_messages(profile, int(cfg["fusion_elems"])), eager=False, ps=cfg["architecture"] == "ps")
     if cfg["schedule"] == "wfbp":
@@ -541,6 +545,7 @@ def simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opts
             units[i] += 1
     updated = [0.0] * n
     order_by_need = sorted(range(n), key=profile.need_s.__getitem__)
+    sync_s = buffer_sync_s(profile, cluster, workers, opts) if p.buffer_sync else 0.0
     starts = []
     f0 = 0.0
     # Without ByteScheduler every iteration ends in a barrier (all updated, then the next forward),
@@ -553,7 +558,7 @@ def simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opts
             late = updated[i] - (f0 + profile.need_s[i] + delay)
             if late > 0:
                 delay += late
-        b0 = f0 + profile.forward_s + delay
+        b0 = f0 + sync_s + profile.forward_s + delay
         b_end = b0 + profile.backward_s
         done = _communicate(p, profile, cluster, workers, cfg, opts, b0, b_end)
         if p.bytescheduler:
@@ -571,6 +576,13 @@ def simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opts
             updated = [f0] * n
     starts.append(f0)
     return Result(method, workers, starts[-1] - starts[-2], compute_s)
+
+
+def buffer_sync_s(profile: Profile, cluster: Cluster, workers: int, opts: Options) -> float:
+    """DDP's broadcast of the module's buffers from rank 0 before every forward (on by default,
+    `profile.buffer_buckets`): one blocking broadcast per bucket, one after another; Gloo's
+    binomial tree where the run's backend is Gloo, else NCCL's chain."""
+    return sum(cluster.broadcast_s(n, workers, binomial=opts.backend == "gloo") for n in profile.buffer_bytes)
 
 
 def one_worker_works(cfg: dict, opts: Options) -> bool:

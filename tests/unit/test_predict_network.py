@@ -52,6 +52,18 @@ def test_ring_across_nodes_runs_at_the_slowest_link():
     assert c.ring_allreduce_s(4000, 4) == pytest.approx(6 * 7e-6)
 
 
+def test_broadcast_by_hand_gloos_binomial_tree_and_nccls_chain():
+    # 4 ranks on one node, 4000 B: Gloo's binomial tree, 2 rounds of (1 us + 4000 B * 1 ns);
+    # NCCL's pipelined chain, 3 hops' 1 us and the bytes once
+    assert node().broadcast_s(4000, 4, binomial=True) == pytest.approx(2 * 5e-6)
+    assert node().broadcast_s(4000, 4, binomial=False) == pytest.approx(3e-6 + 4e-6)
+    # 5 ranks: ceil(log2 5) = 3 rounds; one rank: nothing to send
+    assert node(g=8).broadcast_s(4000, 5, binomial=True) == pytest.approx(3 * 5e-6)
+    assert node().broadcast_s(4000, 1, binomial=True) == 0.0
+    # across nodes, at the slowest link
+    assert node(g=2, inter=Link(5e-6, 2e-9)).broadcast_s(4000, 4, binomial=True) == pytest.approx(2 * 13e-6)
+
+
 def test_tree_between_nodes_by_hand_and_nccl_takes_the_faster():
     c = node(g=2, inter=Link(5e-6, 2e-9))
     # 2 nodes: latency 2 * (1 * 5 us + 1 * 1 us); bandwidth 2 * 4000 B * 2 ns

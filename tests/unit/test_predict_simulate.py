@@ -108,6 +108,46 @@ def test_a_runs_own_mgwfbp_alpha_beta_decide_its_groups():
         simulate.Options(mgwfbp_alpha_beta=(-1.0, 1e-9))
 
 
+def test_ddp_broadcasts_the_modules_buffers_before_every_forward():
+    # DDP (broadcast_buffers, its default) sends rank 0's buffers before each forward; two
+    # buckets (two dtypes) of 40,000 and 8 B on 2 GPUs of one node, one after another:
+    # (0.25 + 0.5) + (0.25 + 1e-4) s = 1.0001 s more than without buffers, Gloo or NCCL alike
+    # (one hop); a model without buffers pays nothing
+    from dataclasses import replace
+
+    prof = toy()
+    bare = period("ddp", prof, two_gpus())
+    for backend in ("gloo", "nccl"):
+        assert period("ddp", replace(prof, buffer_bytes=[40_000, 8]), two_gpus(), backend=backend) == \
+            pytest.approx(bare + 1.0001)
+    # all-reduce methods other than DDP do not
+    assert period("bsp-a2a", replace(prof, buffer_bytes=[40_000]), two_gpus()) == period("bsp-a2a", prof, two_gpus())
+    # one worker: nothing to broadcast
+    assert period("ddp", replace(prof, buffer_bytes=[40_000]), two_gpus(), workers=1) == pytest.approx(prof.compute_s)
+
+
+def test_profiles_record_the_buffers_ddp_broadcasts(tmp_path):
+    import json
+    from dataclasses import asdict
+
+    import torch
+
+    from ddlbench.predict import profile
+
+    net = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.BatchNorm1d(3))
+    # running_mean and running_var (fp32, 12 B each), num_batches_tracked (int64, 8 B)
+    assert profile.buffer_buckets(net) == [24, 8]
+    assert profile.buffer_buckets(torch.nn.Linear(3, 3)) == []
+    # a profile cached before buffers were recorded is made again, not read as having none
+    cached = tmp_path / "p.json"
+    fields = asdict(toy())
+    cached.write_text(json.dumps(fields))
+    assert profile._read_cached(cached) == toy()
+    del fields["buffer_bytes"]
+    cached.write_text(json.dumps(fields))
+    assert profile._read_cached(cached) is None
+
+
 def test_bytescheduler_credit_and_overlap_with_the_next_forward():
     # One partition per tensor (4,000,000 params each); credit 16,000,000 never binds here.
     # p0 is needed late in forward (0.9 s in), p2 first. Iteration 1: backward [1, 4]; p2 [2, 3],
