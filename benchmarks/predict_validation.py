@@ -113,8 +113,8 @@ def one_worker_samples_per_sec(recs: list[dict]) -> float:
 
 def mgwfbp_resolved(rec: dict) -> tuple[float, float] | None:
     """MG-WFBP's alpha, beta as the run resolved them (its start-up fit, in its record), which
-    the prediction of that run takes, so that it times the run's own groups (`local` reports
-    beside whether the predictor alone would have chosen them); None for another method."""
+    the prediction of that run takes (`local` reports beside whether the predictor alone would
+    have chosen the run's groups, and whether these give them); None for another method."""
     if rec["method"] != "mg-wfbp" or rec.get("alpha_s") is None or rec.get("beta_s_per_byte") is None:
         return None
     return float(rec["alpha_s"]), float(rec["beta_s_per_byte"])
@@ -180,10 +180,16 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
             p, prof, cluster = cli.predict(r["model"], [r["workers"]], net, (r["method"],), r["local_batch"], one,
                                            opts, explain=False)
             pairs[r["method"]].append((p[(r["method"], r["workers"])].samples_per_sec, r["samples_per_sec"]))
-            if resolved and pairs is shared:  # would the predictor's own microbenchmark have chosen the same?
+            if resolved and pairs is shared and r.get("groups"):
+                # the groups also depend on the backward times: does the run's alpha, beta give
+                # the run's groups with this profile, and would the predictor alone choose them?
+                run_groups = list(r["groups"])
+                given = simulate.plan_for(r["method"], prof, cluster, r["workers"], opts)
                 own_plan = simulate.plan_for(r["method"], prof, cluster, r["workers"], stack_opts)
-                plan = "same groups" if group_bytes(own_plan, prof) == list(r["groups"]) else \
-                    f"other: {len(own_plan.messages)} groups, the run {len(r['groups'])}"
+                plan = "same groups" if group_bytes(own_plan, prof) == run_groups else \
+                    f"other: {len(own_plan.messages)} groups, the run {len(run_groups)}"
+                if group_bytes(given, prof) != run_groups:
+                    plan += f"; timed: {len(given.messages)} groups, not the run's"
         runs.append((r["method"], net, r["workers"], *shared[r["method"]][-1], plan))
     return shared, alone, runs, units
 
@@ -283,9 +289,9 @@ def main(argv=None) -> int:
     print(markdown(["method", "network", "workers", "predicted", "measured", "error", "MG-WFBP: predictor's own plan"],
                    [[m, net, w, f"{p:.1f}", f"{x:.1f}", f"{(p - x) / x:+.0%}", plan or "-"]
                     for m, net, w, p, x, plan in sorted(runs)]))
-    print("(MG-WFBP is predicted with the run's own start-up alpha, beta (its record), so it times the groups "
-          "the run sent; the last column says whether the predictor's model of that microbenchmark alone "
-          "chooses the same groups)")
+    print("(MG-WFBP is predicted with the run's own start-up alpha, beta (its record); the last column says "
+          "whether the predictor's model of that microbenchmark alone chooses the run's groups, and, where "
+          "it is so, that the run's alpha, beta give other groups with this profile's backward times)")
     return 0
 
 

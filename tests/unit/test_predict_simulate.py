@@ -88,6 +88,17 @@ def test_mgwfbp_fit_times_the_runtimes_microbenchmark_through_the_links_token_bu
     # the median of the 3 timed (after one untimed): 0.492 ms
     drained = Cluster("toy", intra=None, inter=Link(0.0, 1e-6, burst_bytes=1000), gpus_per_node=1)
     assert simulate.microbenchmark_s(drained, 2, [500], 3, "ring") == pytest.approx([0.000492])
+    # Gloo's barrier is a dissemination barrier of empty messages: with alpha 0 it refills
+    # nothing, so the third and fourth calls find (almost) no tokens: 0.5 ms
+    assert simulate.microbenchmark_s(drained, 2, [500], 3, "ring", gloo=True) == pytest.approx([0.0005], rel=1e-3)
+    # with alpha 1 ms it takes 1 ms (one round at 2 ranks), which refills the bucket
+    assert simulate.microbenchmark_s(bucket, 2, [500, 5000], 2, "ring", gloo=True) == pytest.approx([0.002, 0.006])
+    # a bucket deep enough for every call on a link of no start-up: no call takes 0 s, which the
+    # relative fit could not take
+    deep = Cluster("toy", intra=None, inter=Link(0.0, 1e-9, burst_bytes=10**9), gpus_per_node=1)
+    assert min(simulate.microbenchmark_s(deep, 2, [100, 200], 1, "ring", gloo=True)) > 0
+    assert simulate.mgwfbp_alpha_beta(deep, 2, simulate.method_config("mg-wfbp"),
+                                      simulate.Options(stack="ddlbench", backend="gloo"))[1] == 0.0
     # what MG-WFBP then decides with: the runtime's fit of those times, not of the line's
     opts, cfg = simulate.Options(stack="ddlbench", backend="gloo"), simulate.method_config("mg-wfbp")
     a, b = simulate.mgwfbp_alpha_beta(bucket, 2, cfg, opts)
@@ -109,21 +120,21 @@ def test_a_runs_own_mgwfbp_alpha_beta_decide_its_groups():
 
 
 def test_ddp_broadcasts_the_modules_buffers_before_every_forward():
-    # DDP (broadcast_buffers, its default) sends rank 0's buffers before each forward; two
-    # buckets (two dtypes) of 40,000 and 8 B on 2 GPUs of one node, one after another:
-    # (0.25 + 0.5) + (0.25 + 1e-4) s = 1.0001 s more than without buffers, Gloo or NCCL alike
-    # (one hop); a model without buffers pays nothing
+    # DDP (broadcast_buffers, its default) sends rank 0's buffers before each forward: two
+    # buckets (two dtypes) of 40,000 and 8 B on GPUs of one node (alpha 0.25 s, 1.25e-5 s/B).
+    # NCCL, one after another by its chain: 2 GPUs (0.25 + 0.5) + (0.25 + 1e-4) = 1.0001 s;
+    # 4 GPUs (3 x 0.25 + 0.5) + (3 x 0.25 + 1e-4) = 2.0001 s. Gloo runs both at once by its
+    # binomial tree, one start-up per round: 2 GPUs 0.25 + 0.5001 = 0.7501 s, 4 GPUs twice that
     from dataclasses import replace
 
-    prof = toy()
-    bare = period("ddp", prof, two_gpus())
-    for backend in ("gloo", "nccl"):
-        assert period("ddp", replace(prof, buffer_bytes=[40_000, 8]), two_gpus(), backend=backend) == \
-            pytest.approx(bare + 1.0001)
+    prof, buffers = toy(), replace(toy(), buffer_bytes=[40_000, 8])
+    for workers, gloo, nccl in ((2, 0.7501, 1.0001), (4, 1.5002, 2.0001)):
+        cluster = two_gpus(g=4)
+        for backend, extra in (("gloo", gloo), ("nccl", nccl)):
+            bare = period("ddp", prof, cluster, workers, backend=backend)
+            assert period("ddp", buffers, cluster, workers, backend=backend) == pytest.approx(bare + extra)
     # all-reduce methods other than DDP do not
-    assert period("bsp-a2a", replace(prof, buffer_bytes=[40_000]), two_gpus()) == period("bsp-a2a", prof, two_gpus())
-    # one worker: nothing to broadcast
-    assert period("ddp", replace(prof, buffer_bytes=[40_000]), two_gpus(), workers=1) == pytest.approx(prof.compute_s)
+    assert period("bsp-a2a", buffers, two_gpus()) == period("bsp-a2a", prof, two_gpus())
 
 
 def test_profiles_record_the_buffers_ddp_broadcasts(tmp_path):
