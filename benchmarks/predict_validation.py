@@ -120,6 +120,13 @@ def mgwfbp_resolved(rec: dict) -> tuple[float, float] | None:
     return float(rec["alpha_s"]), float(rec["beta_s_per_byte"])
 
 
+def one_worker_link(method: str, net: str | None) -> str | None:
+    """The link a method's one-worker run depends on: none for an all-reduce method (its one
+    worker sends nothing, so runs on any link pool); its network for PS, whose one worker
+    reaches its servers over it."""
+    return net if simulate.method_config(method)["architecture"] == "ps" else None
+
+
 def group_bytes(plan, prof) -> list[int]:
     """A plan's messages as the runtime records its groups: bytes per group, in send order."""
     return [sum(prof.tensor_bytes[i] for i in g) for g in plan.messages]
@@ -150,10 +157,7 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
             key = (r["model"], r["local_batch"], r.get("device"), r.get("backend"))
             if compute_only_at_one_worker(r["method"]):
                 base[key].append(r)
-            # an all-reduce method's one worker sends nothing: any link; PS's reach their servers over it
-            ps = simulate.method_config(r["method"])["architecture"] == "ps"
-            link = (record_network(r) or local_network) if ps else None
-            own[(*key, r["method"], link)].append(r)
+            own[(*key, r["method"], one_worker_link(r["method"], record_network(r) or local_network))].append(r)
     shared, alone, runs, units = defaultdict(list), defaultdict(list), [], {}
     for r in recs:
         net = record_network(r) or local_network
@@ -166,7 +170,7 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
         stack_opts = cli.study_opts((r.get("config") or {}).get("profile", {}).get("name", "local"), stack="ddlbench",
                                     backend=r.get("backend"))
         cfg = simulate.method_config(r["method"], stack_opts.bytescheduler_ps)
-        mine = own.get((*key, r["method"], net if cfg["architecture"] == "ps" else None))  # its one-worker runs
+        mine = own.get((*key, r["method"], one_worker_link(r["method"], net)))  # its one-worker runs
         ukey = (r["model"], r["local_batch"], r["method"], net)
         if mine and simulate.runs_bytescheduler_queue(cfg) and ukey not in units:
             prof1 = cli.load_profile(r["model"], r["local_batch"], x1)

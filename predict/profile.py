@@ -128,6 +128,7 @@ def roofline(model: str, local_batch: int) -> Profile:
     clock = Clock()
     with torch.device("meta"), clock:
         p = _hooked_pass(model, w, batch, lambda: clock.now_s)
+    p.buffer_bytes = buffer_buckets(w.model)
     p.update_s = [SGD_BYTES_PER_ELEMENT * n * p.element_size / 4 / GPU_MEM_BPS for n in p.numels]
     return p
 
@@ -175,7 +176,7 @@ def _hooked_pass(model: str, w, batch, now) -> "Profile":
     numels = [p.numel() for _, p in named]
     return Profile(model, w.local_batch, [n for n, _ in named], numels, named[0][1].element_size(),
                    [named[i][0] for i in order], [ready[i] for i in range(len(named))], need, forward_s, backward_s,
-                   [0.0] * len(named), "roofline", 0.0, buffer_buckets(w.model))
+                   [0.0] * len(named), "roofline", 0.0)
 
 
 def buffer_buckets(module) -> list[int]:
@@ -354,7 +355,7 @@ def _measure(model: str, local_batch: int, dev, iters: int, warmup: int, min_win
                   [mid([r.ready_s[i] for r in runs]) for i in range(len(first.names))],
                   [mid([r.need_s[i] for r in runs]) for i in range(len(first.names))],
                   mid([r.forward_s for r in runs]), mid([r.backward_s for r in runs]),
-                  [step_s * n / total for n in first.numels], "measured", 0.0, first.buffer_bytes)
+                  [step_s * n / total for n in first.numels], "measured", 0.0, buffer_buckets(w.model))
     out.samples_per_sec_1 = local_batch / out.compute_s
     return out, statistics.mean(whole)
 

@@ -267,10 +267,15 @@ def default_algorithm(stack: str, backend: str | None = None) -> str:
     return "ring" if backend == "gloo" else "nccl"
 
 
+def ring_link_bytes(nbytes: float, workers: int) -> float:
+    """What a ring all-reduce of n bytes sends through each link direction: 2 (W-1) / W of it."""
+    return 2 * (workers - 1) / workers * nbytes
+
+
 def ring_bucket(cluster: Cluster, workers: int, algorithm: str) -> Bucket | None:
     """The token bucket an all-reduce stream sees, or None: a ring of one-worker machines (the
-    emulated cluster) sends 2 (W-1) / W of each all-reduce through every link direction, each
-    behind its own bucket, alike: one stands for all."""
+    emulated cluster) sends `ring_link_bytes` of each all-reduce through every link direction,
+    each behind its own bucket, alike: one stands for all."""
     m, g = cluster.nodes(workers)
     ring = m > 1 and g == 1 and algorithm == "ring" and cluster.inter.burst_bytes > 0
     return Bucket(cluster.inter) if ring else None
@@ -286,7 +291,7 @@ class AllReduceComm:
     def send(self, nbytes: int, extra_s: float, on_done) -> None:
         w = self.workers
         dur = self.cluster.allreduce_s(nbytes, w, self.algorithm)
-        self.stream.submit((self.stream.timed(2 * (w - 1) / w * nbytes, dur, extra_s), 0.0, None, on_done))
+        self.stream.submit((self.stream.timed(ring_link_bytes(nbytes, w), dur, extra_s), 0.0, None, on_done))
 
 
 class HorovodCycle:
@@ -475,14 +480,13 @@ def microbenchmark_s(cluster: Cluster, workers: int, sizes: list[int], reps: int
     included, where the runtime fits medians), so its fit can still read one where the runtime
     read 0 (`benchmarks/predict_validation.py` prints, per run, whether the groups agree)."""
     bucket = ring_bucket(cluster, workers, algorithm)
-    per_link = 2 * (workers - 1) / workers
     barrier_s = cluster.broadcast_s(0, workers, binomial=True) if gloo else cluster.allreduce_s(4, workers, algorithm)
     now, out = 0.0, []
     for size in sizes:
         base_s, timed = cluster.allreduce_s(size, workers, algorithm), []
         for rep in range(1 + reps):
             now += barrier_s
-            dur = bucket.duration_s(now, per_link * size, base_s) if bucket else base_s
+            dur = bucket.duration_s(now, ring_link_bytes(size, workers), base_s) if bucket else base_s
             now += dur
             if rep:
                 timed.append(max(MIN_CALL_S, dur))
