@@ -270,27 +270,32 @@ def submit(cfg, rec: dict, run_dir: Path, results: Path) -> dict:
           f"logs in {run_dir / 'slurm'}; the record lands in {record.records_dir(results)}", flush=True)
     if not cfg.launcher.wait:
         return {**rec, "status": "submitted", "job_id": job.job_id}
-    state = None
     try:
-        while True:
-            try:
-                now = queue_state(job.job_id)
-            except QueueUnreadable as exc:  # the job may well be running: it records itself
-                print(f"[ddlbench] stopped following Slurm job {job.job_id}: {exc}; the job writes its record "
-                      f"when it ends", flush=True)
-                return {**rec, "status": "submitted", "job_id": job.job_id}
-            if now is None:  # left the queue (squeue said so)
-                break
-            if now != state:
-                state = now
-                print(f"[ddlbench] Slurm job {job.job_id}: {state}", flush=True)
-            time.sleep(POLL_S)
+        follow(job.job_id, "[ddlbench]")
+    except QueueUnreadable as exc:  # the job may well be running: it records itself
+        print(f"[ddlbench] stopped following Slurm job {job.job_id}: {exc}; the job writes its record "
+              f"when it ends", flush=True)
+        return {**rec, "status": "submitted", "job_id": job.job_id}
     except KeyboardInterrupt:
-        subprocess.run(["scancel", str(job.job_id)], capture_output=True)
         return _record_unless_written(cfg, rec, run_dir, results,
                                       lambda: f"interrupted (Ctrl-C); Slurm job {job.job_id} cancelled")
     return _record_unless_written(cfg, rec, run_dir, results,
                                   lambda: f"Slurm job {job.job_id} ended ({final_state(job.job_id)}) before the run was recorded")
+
+
+def follow(job_id: str, tag: str) -> None:
+    """Print the job's state as it changes until it leaves the queue (squeue says so). Ctrl-C
+    cancels the job (scancel) and propagates; QueueUnreadable where squeue keeps failing."""
+    state = None
+    try:
+        while (now := queue_state(job_id)) is not None:
+            if now != state:
+                state = now
+                print(f"{tag} Slurm job {job_id}: {state}", flush=True)
+            time.sleep(POLL_S)
+    except KeyboardInterrupt:
+        subprocess.run(["scancel", str(job_id)], capture_output=True)
+        raise
 
 
 def queue_state(job_id: str) -> str | None:
