@@ -81,7 +81,7 @@ test: install
 # METHOD=auto: per worker count, the method predicted fastest (ddlbench.predict.auto prints which
 # and why), run with the prediction kept in its record. NETWORK=... overrides the cluster's network.
 PROFILE_FROM ?=
-auto_args = --model $(MODEL) --profile $(PROFILE) --cluster $(CLUSTER) $(if $(LINK),--link $(LINK)) \
+auto_args = --model $(MODEL) --profile $(PROFILE) --cluster $(CLUSTER) $(if $(LINK),--link $(LINK)) $(if $(PARTITION),--partition $(PARTITION)) \
 	$(if $(filter command line environment,$(origin NETWORK)),--network $(NETWORK)) $(if $(PROFILE_FROM),--profile-from $(PROFILE_FROM))
 reproduce: install
 	@status=0; \
@@ -178,16 +178,22 @@ bench-emulated: install
 # Communication backends: collectives x sizes x dtypes x backends x 2..N workers (seeds 000-003).
 # LINK=<tc rate>: each job across emulated hosts, one worker per host (root), as from several
 # nodes; the fit is written as conf/network/emulated-<LINK>.yaml, which the predictor then uses.
+# CLUSTER=slurm PARTITION=p: every job in one Slurm job, one rank per node of yours; the fit is
+# written as conf/network/slurm-<PARTITION>.yaml (NETWORK=slurm-<PARTITION> for make predict).
+# It needs as many nodes as the largest measurement has ranks (the default WORKERS=3 with the groups
+# and ps modes: 4; WORKERS=2 CB_MODE=sizes: 2). TIME_MIN=<minutes> (60), SBATCH='account=p qos=q'.
 CB_WORKERS  := $(if $(filter command line,$(origin WORKERS)),$(WORKERS),3)
 BACKENDS    ?= auto
 COLLECTIVES ?= all_reduce
 DTYPES      ?= fp32,fp16
 MAX_BYTES   ?= 64MiB
 CB_MODE     ?= sizes,groups,fusion,ps
+DEVICES     ?= cpu
 commbench: install
 	$(PY) -m ddlbench.commbench --workers $(CB_WORKERS) --backends $(BACKENDS) --collectives $(COLLECTIVES) \
-		--dtypes $(DTYPES) --max-bytes $(MAX_BYTES) $(if $(ITERS),--iters $(ITERS)) --mode $(CB_MODE) --results $(RESULTS) \
-		$(if $(LINK),--link $(LINK))
+		--dtypes $(DTYPES) --devices $(DEVICES) --max-bytes $(MAX_BYTES) $(if $(ITERS),--iters $(ITERS)) --mode $(CB_MODE) --results $(RESULTS) \
+		$(if $(LINK),--link $(LINK)) $(if $(filter slurm,$(CLUSTER)),--slurm $(if $(PARTITION),--partition $(PARTITION)) \
+		$(if $(TIME_MIN),--time-min $(TIME_MIN)) $(foreach o,$(SBATCH),--sbatch $(o)))
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -14,14 +14,16 @@ def mpiexec() -> str | None:
     return str(here) if here.exists() else shutil.which("mpiexec")
 
 
-def why_unavailable(name: str, device: str) -> str | None:
+def why_unavailable(name: str, device: str, gpus_here: bool = True) -> str | None:
+    """Why `name` cannot run on `device`, or None; `gpus_here=False`: the GPUs are other hosts'
+    (a Slurm job's nodes), so only this torch's build is asked."""
     import torch
     import torch.distributed as dist
 
     if name == "gloo":
         return None if dist.is_gloo_available() else "this torch was built without Gloo"
     if name == "nccl":
-        if not torch.cuda.is_available():
+        if gpus_here and not torch.cuda.is_available():
             return "NCCL needs CUDA GPUs and none is visible"
         return None if dist.is_nccl_available() else "this torch was built without NCCL"
     if name == "mpi":

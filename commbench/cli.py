@@ -74,6 +74,13 @@ def parse(argv) -> argparse.Namespace:
                     help="run each job across hosts of an emulated cluster (one worker per host, links shaped "
                          "to this tc rate, e.g. 1gbit; root), as from several nodes; the network config is "
                          "then emulated-LINK")
+    ap.add_argument("--slurm", action="store_true",
+                    help="run every measurement in one Slurm job, one rank per node, as from your own nodes; "
+                         "the network config is then slurm-PARTITION (results must be on a filesystem the nodes share)")
+    ap.add_argument("--partition", default=None, help="with --slurm: the Slurm partition (required)")
+    ap.add_argument("--time-min", type=int, default=None, help="with --slurm: the job's time limit in minutes (60)")
+    ap.add_argument("--sbatch", action="append", default=[], metavar="KEY=VALUE",
+                    help="with --slurm: another sbatch option, e.g. account=proj or qos=high (repeatable)")
     a = ap.parse_args(argv)
     a.collectives = _list(a.collectives, tuple(COLLECTIVES), "collective")
     a.dtypes = _list(a.dtypes, tuple(DTYPES), "dtype")
@@ -103,32 +110,87 @@ def parse(argv) -> argparse.Namespace:
             raise BadInput(str(exc)) from None
         if rate is None:
             raise BadInput(f"link={a.link!r} sets no rate; accepted: a tc rate such as 100mbit or 1gbit")
-        other = [] if a.backends == "auto" else [b for b in _list(a.backends, BACKENDS, "backend") if b not in ACROSS_HOSTS]
-        if other:
-            raise BadInput(f"backends {','.join(other)} with --link={a.link}: each host's rank starts under torchrun; "
-                           f"accepted: {', '.join(ACROSS_HOSTS)}")
+        across_hosts_only(a, f"--link={a.link}")
+    if a.slurm:
+        check_slurm(a)
+    elif a.partition is not None or a.time_min is not None or a.sbatch:
+        raise BadInput("--partition, --time-min and --sbatch are for --slurm; accepted: add --slurm "
+                       "(make commbench CLUSTER=slurm), or leave them out")
     a.backends = resolve_backends(a)
-    if a.link is not None:  # auto: every available one that torchrun starts across the hosts
+    if a.link is not None or a.slurm:  # auto: every available one that torchrun starts across the hosts
         a.backends = [x for x in a.backends if x[0] in ACROSS_HOSTS]
+    if a.slurm:
+        check_slurm_nodes(a)
     return a
+
+
+def across_hosts_only(a, how: str) -> None:
+    other = [] if a.backends == "auto" else [b for b in _list(a.backends, BACKENDS, "backend") if b not in ACROSS_HOSTS]
+    if other:
+        raise BadInput(f"backends {','.join(other)} with {how}: each host's rank starts under torchrun; "
+                       f"accepted: {', '.join(ACROSS_HOSTS)}")
+
+
+def check_slurm(a) -> None:
+    """--slurm's settings, before anything is submitted."""
+    import shutil
+
+    if a.link is not None:
+        raise BadInput(f"--slurm with --link={a.link}: one or the other; accepted: --slurm (your nodes) or "
+                       "--link RATE (emulated hosts of this machine)")
+    if not a.partition:
+        raise BadInput("--slurm needs --partition (make commbench CLUSTER=slurm PARTITION=...); accepted: a "
+                       "partition sinfo lists")
+    a.time_min = 60 if a.time_min is None else a.time_min
+    if a.time_min < 1:
+        raise BadInput(f"--time-min={a.time_min} is invalid; accepted: minutes >= 1")
+    bad = [o for o in a.sbatch if "=" not in o or not o.split("=", 1)[0].strip()]
+    if bad:
+        raise BadInput(f"--sbatch {bad[0]!r} is invalid; accepted: KEY=VALUE, e.g. account=proj")
+    a.sbatch = dict(o.split("=", 1) for o in a.sbatch)
+    across_hosts_only(a, "--slurm")
+    if shutil.which("sbatch") is None:
+        raise BadInput("--slurm: no sbatch on PATH; accepted: a host with Slurm's client commands")
+    from ddlbench.launch.slurm import partitions
+
+    known = partitions()
+    if known and a.partition not in known:
+        raise BadInput(f"--partition={a.partition!r} is unknown to Slurm; accepted: {', '.join(known)}")
+
+
+def check_slurm_nodes(a) -> None:
+    """The job's size (the largest measurement's ranks, one per node) against the partition's."""
+    from ddlbench.launch.slurm import nodes_in
+
+    todo = measurements(a)
+    if not todo:
+        raise BadInput("no measurement to run on Slurm; accepted: a backend torchrun starts (gloo, nccl, mpi, ucc)")
+    need = max(procs_of(mode, w) for mode, _, _, _, w in todo)
+    have = nodes_in(a.partition)
+    if have is not None and need > have:
+        raise BadInput(f"this sweep needs {need} nodes (one rank per node: up to {max(a.workers)} workers, 4 in the "
+                       f"groups mode, workers + 1 in the ps mode) and partition {a.partition} has {have}; accepted: "
+                       f"--workers and --mode within {have} nodes (WORKERS=2 CB_MODE=sizes needs 2)")
 
 
 def resolve_backends(a) -> list[tuple[str, str, str | None]]:
     """[(backend, device, fallback_from)]: what runs. A requested backend this machine lacks is
-    said in one line and replaced by Gloo (recorded); NCCL without GPUs is an error."""
+    said in one line and replaced by Gloo (recorded); NCCL without GPUs is an error. With --slurm
+    the GPUs are the nodes', which this host (a login node) need not see."""
     requested = list(BACKENDS) if a.backends == "auto" else _list(a.backends, BACKENDS, "backend")
+    remote = getattr(a, "slurm", False)
     out = []
     for device in a.devices:
-        if device == "cuda" and "NCCL needs" in (why_unavailable("nccl", "cuda") or ""):
+        if device == "cuda" and not remote and "NCCL needs" in (why_unavailable("nccl", "cuda") or ""):
             raise BadInput("devices=cuda but no CUDA GPU is visible; accepted here: cpu")
         for b in requested:
             if device == "cpu" and b == "nccl":
                 if a.backends == "auto":
                     continue
-                raise BadInput("backend 'nccl' needs CUDA GPUs and none is visible; accepted here: gloo, mpi4py")
+                raise BadInput("backend 'nccl' runs on CUDA GPUs only; accepted: --devices cuda, or on cpu gloo")
             if device == "cuda" and b in ("mpi4py", "horovod"):
                 continue
-            reason = why_unavailable(b, device)
+            reason = why_unavailable(b, device, gpus_here=not remote)
             if reason is None:
                 out.append((b, device, None))
             elif a.backends != "auto":
@@ -152,7 +214,7 @@ def launch(backend: str, device: str, workers: int, spec: dict, timeout: float, 
         Path(f"{tmp}/spec.json").write_text(json.dumps(spec))
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
         target = ["-m", "ddlbench.commbench.worker", f"{tmp}/spec.json"]
-        procs = workers + (1 if spec["mode"] == "ps" else 0)  # ps: the last rank is the server
+        procs = procs_of(spec["mode"], workers)
         if cluster is not None:
             rc = run_jobs(across_hosts(cluster, procs, target, env, cuda=device == "cuda"), timeout)
             return _rows(spec, rc, backend, workers, timeout, env)
@@ -204,13 +266,13 @@ def across_hosts(cluster, workers: int, target: list[str], env: dict, cuda: bool
             for i, h in enumerate(cluster.hosts[:workers])]
 
 
-def run_jobs(jobs: list[tuple[list[str], dict]], timeout_s: float) -> int | None:
+def run_jobs(jobs: list[tuple[list[str], dict]], timeout_s: float, keep_stderr: bool = False) -> int | None:
     """Run one job's launchers (torchrun, mpiexec or horovodrun and their ranks; one per host
     across emulated hosts), each in a process group of its own; the first non-zero exit code (0
     if none), or None when they ran past `timeout_s`. Whatever ends the wait (the timeout, a
     failed host, Ctrl-C, an error), every group is killed: killing a launcher alone would leave
     its ranks running, and a host whose peer died would wait for it."""
-    err = None if sys.stderr.isatty() else subprocess.DEVNULL
+    err = None if keep_stderr or sys.stderr.isatty() else subprocess.DEVNULL
     procs = []
     deadline = time.monotonic() + timeout_s
     try:
@@ -256,8 +318,17 @@ def main(argv=None) -> int:
     print(report.render(new))
     print(report.plots(new, Path(a.results) / "commbench"))
     print(f"\n{len(new)} records written under {out_dir} in {time.monotonic() - t0:.0f} s")
-    name = a.network_name or (f"emulated-{a.link}" if a.link else None)
-    write_network(new, name, out_dir, f"make commbench LINK={a.link} (emulated hosts)" if a.link else "make commbench")
+    if a.slurm:
+        jobs = sorted({r["network"]["slurm_job"] for r in new if r.get("network")})
+        name, how = a.network_name or f"slurm-{a.partition}", \
+            f"make commbench CLUSTER=slurm (Slurm job {', '.join(map(str, jobs))}, partition {a.partition}, one rank per node)"
+    elif a.link:
+        name, how = a.network_name or f"emulated-{a.link}", f"make commbench LINK={a.link} (emulated hosts)"
+    else:
+        name, how = a.network_name, "make commbench"
+    # workers and servers share this machine's cores (host_cpu) on one host or its emulated hosts,
+    # never across a Slurm job's nodes
+    write_network(new, name, out_dir, how, shared_cores=not a.slurm)
     return 1 if any("error" in r for r in new) else 0
 
 
@@ -280,10 +351,9 @@ def _hosts(a):
         yield cluster
 
 
-def _measure_all(a, spec: dict, base: dict, cluster) -> list[dict]:
-    new = []
-    where = {} if cluster is None else {"network": {"emulated": True, "link": a.link,
-                                                     "hosts": [h.hostname for h in cluster.hosts]}}
+def measurements(a) -> list[tuple[str, str, str, str | None, int]]:
+    """(mode, backend, device, fallback_from, workers) of every measurement, in the order they run."""
+    out = []
     for mode in a.modes:
         # seed 002 pairs ranks: even worker counts, 2 and 4 at least
         counts = list(range(2, max(4, max(a.workers)) + 1, 2)) if mode == "groups" else a.workers
@@ -292,18 +362,57 @@ def _measure_all(a, spec: dict, base: dict, cluster) -> list[dict]:
                 continue  # the seeds' experiments are about torch.distributed process groups
             if mode == "ps" and backend != "gloo":
                 continue  # the PS engine has its own wire; Gloo only meets the ranks
-            for w in counts:
-                print(f"[commbench] {mode}: {backend} on {device}, {w} workers", flush=True)
-                rows = launch(backend, device, w, {**spec, "mode": mode}, a.timeout, cluster)
-                rows = [{**base, "backend": backend, "fallback_from": fallback_from, "mode": mode, **where, **r}
-                        for r in rows]
-                if rows:
-                    record.write_rows(a.results, rows)  # each step lands whole, no lock needed
-                new += rows
+            out += [(mode, backend, device, fallback_from, w) for w in counts]
+    return out
+
+
+def procs_of(mode: str, workers: int) -> int:
+    return workers + (1 if mode == "ps" else 0)  # ps: the last rank is the server
+
+
+def keep(results, base: dict, rows: list[dict], mode: str, backend: str, fallback_from, where: dict) -> list[dict]:
+    """One measurement's rows as records, written under `results`."""
+    rows = [{**base, "backend": backend, "fallback_from": fallback_from, "mode": mode, **where, **r} for r in rows]
+    if rows:
+        record.write_rows(results, rows)  # each step lands whole, no lock needed
+    return rows
+
+
+def _measure_all(a, spec: dict, base: dict, cluster) -> list[dict]:
+    if a.slurm:
+        return _measure_on_slurm(a, spec, base)
+    new = []
+    where = {} if cluster is None else {"network": {"emulated": True, "link": a.link,
+                                                     "hosts": [h.hostname for h in cluster.hosts]}}
+    for mode, backend, device, fallback_from, w in measurements(a):
+        print(f"[commbench] {mode}: {backend} on {device}, {w} workers", flush=True)
+        rows = launch(backend, device, w, {**spec, "mode": mode}, a.timeout, cluster)
+        new += keep(a.results, base, rows, mode, backend, fallback_from, where)
     return new
 
 
-def write_network(rows: list[dict], name: str | None, data_path: Path, how: str = "make commbench") -> Path | None:
+def _measure_on_slurm(a, spec: dict, base: dict) -> list[dict]:
+    """Every measurement in one Slurm job, one rank per node (commbench.slurm); the records say
+    which job and which nodes each one ran on."""
+    from ddlbench.commbench import slurm
+
+    todo = measurements(a)
+    folder = Path(a.results).resolve() / "commbench" / f"slurm-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+    folder.mkdir(parents=True, exist_ok=True)
+    jobs = []
+    for k, (mode, backend, device, fallback_from, w) in enumerate(todo):
+        path = folder / f"spec-{k}.json"
+        path.write_text(json.dumps({**spec, "mode": mode, "backend": backend, "device": device,
+                                    "torch_backend": backend, "out": str(folder / f"rows-{k}.jsonl")}))
+        jobs.append({"procs": procs_of(mode, w), "spec": str(path), "mode": mode, "backend": backend,
+                     "fallback_from": fallback_from, "workers": w})
+    cuda = any(device == "cuda" for _, _, device, _, _ in todo)
+    common = {"results": str(Path(a.results).resolve()), "base": base, "partition": a.partition}
+    return slurm.submit_and_collect(folder, jobs, a.partition, a.time_min, cuda, a.timeout, common, a.sbatch)
+
+
+def write_network(rows: list[dict], name: str | None, data_path: Path, how: str = "make commbench",
+                  shared_cores: bool = True) -> Path | None:
     """The predictor's network config for this machine from this invocation's 2-worker
     all-reduce records (predict.network.commbench_network), if they include any."""
     from ddlbench.predict import auto, network
@@ -312,7 +421,8 @@ def write_network(rows: list[dict], name: str | None, data_path: Path, how: str 
         return None
     name = name or auto.local_network_name()
     try:
-        spec = network.commbench_network(rows, name, f"{how}, {data_path} at {record.now_iso()}")
+        spec = network.commbench_network(rows, name, f"{how}, {data_path} at {record.now_iso()}",
+                                         shared_cores=shared_cores)
     except ValueError as exc:
         print(f"commbench: no network config written: {exc}", file=sys.stderr)
         return None

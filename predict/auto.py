@@ -8,6 +8,7 @@ on stdout two Hydra overrides for the run: `method=<name>` and `prediction={...}
 record keeps as `prediction: {method, samples_per_sec, network, dominant}` beside the measurement.
 
 Which network (`network_for`): NETWORK=... if given; CLUSTER=emulated: `emulated-<LINK>`;
+CLUSTER=slurm: `slurm-<PARTITION>`, written by `make commbench CLUSTER=slurm PARTITION=...`;
 CLUSTER=local: `local-<hostname>` written by `make commbench` if present, else `loopback`
 (conf/network/loopback.yaml, this project's own commbench fit on its development host; see its
 sources). Which profile: for CLUSTER=local and emulated the one measured here by one worker at
@@ -31,9 +32,15 @@ DEFAULT_LOCAL_NETWORK = "loopback"
 
 
 def network_for(cluster: str, link: str | None = None, override: str | None = None,
-                directory: Path | None = None) -> str:
+                directory: Path | None = None, partition: str | None = None) -> str:
     if override:
         return override
+    if cluster == "slurm" and partition:
+        name = f"slurm-{partition}"
+        if ((directory or network.conf_dir()) / f"{name}.yaml").exists():
+            return name
+        raise ValueError(f"CLUSTER=slurm PARTITION={partition} has no network config {name} yet; accepted: "
+                         f"`make commbench CLUSTER=slurm PARTITION={partition}` first, or NETWORK=<a conf/network config>")
     if cluster == "emulated":
         if not link:
             raise ValueError("CLUSTER=emulated needs LINK (e.g. 1gbit, 10gbit); accepted: a conf/network/emulated-<LINK>")
@@ -82,13 +89,14 @@ def main(argv=None) -> int:
     ap.add_argument("--local-batch", type=int, default=None)
     ap.add_argument("--cluster", default="local", choices=CLUSTERS)
     ap.add_argument("--link", default=None)
+    ap.add_argument("--partition", default=None, help="CLUSTER=slurm: its network is slurm-<partition> (make commbench)")
     ap.add_argument("--network", default=None, help="overrides the cluster's network")
     ap.add_argument("--profile-from", default=None, choices=cli.PROFILE_SOURCES,
                     help="default: measured for local and emulated clusters, derived elsewhere")
     ap.add_argument("--device", default=None, help="the run's device (default: the cluster's, as device=auto)")
     a = ap.parse_args(argv)
     try:
-        net = network_for(a.cluster, a.link, a.network)
+        net = network_for(a.cluster, a.link, a.network, partition=a.partition)
         source = a.profile_from or ("derived" if a.cluster == "slurm" else "measured")
         batch = a.local_batch or run_local_batch(a.model, a.profile)
         # workers here share this machine's cores (launch.run_env: cores // processes each, and

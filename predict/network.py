@@ -399,7 +399,8 @@ def load(name: str, directory: Path | None = None) -> Cluster:
 
 
 # -- the user's own network, from commbench ------------------------------------------------------
-def commbench_network(rows: list[dict], name: str, source: str, backend: str | None = None) -> dict:
+def commbench_network(rows: list[dict], name: str, source: str, backend: str | None = None,
+                      shared_cores: bool = True) -> dict:
     """A network config (as written to conf/network/<name>.yaml) fitted from commbench's records:
     the 2-worker fp32 all-reduce of the `sizes` mode, one backend (`backend`, else the one with
     the most sizes), the median over repeated records of each size's mean time (a method pays
@@ -409,7 +410,9 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
     fitted by the predictor's fit (methods.mgwfbp.fit_alpha_beta: least relative squares, a, b
     >= 0), kept as a 2-rank all-reduce (per link: alpha = a / 2, beta = b). One worker per node:
     every worker of a local run is its own endpoint on the measured path. The data it came from
-    is written into the config beside its source."""
+    is written into the config beside its source. `shared_cores`: the ranks ran on one machine's
+    cores (one host, or emulated hosts of it), so its PS bursts give `host_cpu`; across a Slurm
+    job's nodes they did not, and no `host_cpu` is written."""
     # from 2 elements per rank up: a smaller all-reduce is not a ring (Gloo's ring splits the
     # buffer into one chunk per rank; one 4-byte element took 0.27 ms across two emulated hosts,
     # 16 bytes 1.5 ms), and least relative squares would take its alpha from that point alone
@@ -445,7 +448,7 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
                                 f"{partition} B partition) t = a + b n, fitted as the simulator's round on 2 "
                                 f"machines and 1 server: t = 2 alpha + 4 n beta")
         out["data_ps"] = {"bytes": ps_sizes, "time_s": ps_times}
-    cpu = _host_cpu_fit(rows)
+    cpu = _host_cpu_fit(rows) if shared_cores else None
     if cpu is not None:
         out["host_cpu"], sizes_cpu, busy = cpu
         out["sources"]["host_cpu"] = (f"{source}: commbench's ps bursts ({sizes_cpu[0]} and {sizes_cpu[-1]} B keys), "

@@ -56,3 +56,48 @@ def network_up_after(c) -> bool:
 
     up = netns.current()
     return up is not None and up.owner_pid is None and len(up.hosts) == len(c.hosts)
+
+
+def test_commbench_on_slurm_runs_every_measurement_in_one_job_one_rank_per_node(emulated_cluster, emulated_slurm,
+                                                                                 tmp_path):
+    """make commbench CLUSTER=slurm, as from a user's own nodes: one Slurm job for the whole sweep,
+    each measurement's ranks one per node (the 2-worker sizes on the first two nodes while the
+    third sits out, then the ps mode's 2 workers + server on all three), and the fit written as
+    the predictor's network, without the shared machine's CPU cost (the nodes are the job's own)."""
+    import os
+
+    from ddlbench.config import conf_dir
+
+    rate_bps = emulated_cluster.link_bps
+    name = f"slurm-test-{os.getpid()}"
+    written = conf_dir() / "network" / f"{name}.yaml"
+    try:
+        proc = subprocess.run([sys.executable, "-m", "ddlbench.commbench", "--slurm", "--partition", "debug",
+                               "--workers", "2", "--backends", "gloo", "--dtypes", "fp32", "--mode", "sizes,ps",
+                               "--min-bytes", "64", "--max-bytes", "1MiB", "--iters", "5", "--warmup", "1",
+                               "--network-name", name, "--results", str(tmp_path), "--timeout", "240"],
+                              cwd=REPO, capture_output=True, text=True, timeout=600,
+                              env={**os.environ, **emulated_slurm})
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        assert "as Slurm job" in proc.stdout
+        rows = records(tmp_path)
+        nodes = [h.hostname for h in emulated_cluster.hosts]
+        assert {r["network"]["slurm_job"] for r in rows} == {rows[0]["network"]["slurm_job"]}  # one job
+        sizes = [r for r in rows if r["mode"] == "sizes"]
+        ps = [r for r in rows if r.get("collective") == "push_pull"]
+        assert sizes and ps and all(r["wrong"] == 0 and "error" not in r for r in rows)
+        assert all(r["network"]["hosts"] == nodes[:2] for r in sizes)  # one rank per node, in node order
+        assert all(r["network"]["hosts"] == nodes[:3] for r in ps)
+        big = max(sizes, key=lambda r: r["bytes"])  # across the shaped link, as above
+        assert big["time_us"] * 1e-6 >= 0.8 * big["bytes"] * 8 / rate_bps, big
+        c = network.load(name)
+        assert c.inter.beta_s_per_byte >= 0.25 * 8 / rate_bps and c.ps is not None and c.host_cpu is None
+        assert f"Slurm job {rows[0]['network']['slurm_job']}" in c.sources["inter"]
+    finally:
+        written.unlink(missing_ok=True)
+    # a sweep larger than the partition is refused before anything is submitted, saying why
+    too_big = subprocess.run([sys.executable, "-m", "ddlbench.commbench", "--slurm", "--partition", "debug",
+                              "--workers", "3", "--backends", "gloo", "--mode", "sizes,ps", "--results", str(tmp_path)],
+                             cwd=REPO, capture_output=True, text=True, timeout=120, env={**os.environ, **emulated_slurm})
+    assert too_big.returncode == 2 and "needs 4 nodes" in too_big.stderr and "debug has 3" in too_big.stderr, \
+        too_big.stderr

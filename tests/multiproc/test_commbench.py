@@ -111,3 +111,54 @@ def test_ps_mode_pushes_and_pulls_through_the_ps_engine_and_fits_the_ps_wire(tmp
     spec = network.commbench_network(sizes + rows, "x", "test")
     assert spec["ps"]["alpha_s"] > 0 and spec["ps"]["beta_s_per_byte"] >= 0
     assert spec["host_cpu"]["cores"] == hostcpu.cores() and spec["host_cpu"]["s_per_message"] > 0
+
+
+def test_slurm_nodes_take_turns_one_rank_each_and_wait_for_node_0(tmp_path):
+    """commbench.slurm.run_node as each task of a Slurm job runs it (here three "nodes" on this
+    host, rendezvous at 127.0.0.1): measurement 0 on nodes 0-1 while node 2 sits it out, then
+    measurement 1 on all three, which node 2 starts only once node 0 has finished measurement 0."""
+    import json
+    import random
+
+    spec = {"collectives": ["all_reduce"], "dtypes": ["fp32"], "min_bytes": 64, "max_bytes": 256, "factor": 4,
+            "iters": 2, "warmup": 1, "group_bytes": 400, "fusion_models": [], "fusion_iters": 1, "fusion_warmup": 0,
+            "mode": "sizes", "backend": "gloo", "device": "cpu", "torch_backend": "gloo"}
+    jobs = []
+    for k, procs in enumerate((2, 3)):
+        (tmp_path / f"spec-{k}.json").write_text(json.dumps({**spec, "out": str(tmp_path / f"rows-{k}.jsonl")}))
+        jobs.append({"procs": procs, "spec": str(tmp_path / f"spec-{k}.json"), "mode": "sizes", "backend": "gloo",
+                     "fallback_from": None, "workers": procs})
+    job_id = str(random.randrange(1, 2000))  # its rendezvous ports: 20 of its own
+    common = {"results": str(tmp_path / "results"), "base": {"git_commit": "test"}, "partition": "p"}
+    code = ("import json, sys; from pathlib import Path; from ddlbench.commbench.slurm import run_node; "
+            "run_node(Path(sys.argv[1]), int(sys.argv[2]), ['127.0.0.1'] * 3, sys.argv[3], json.loads(sys.argv[4]), "
+            "120, json.loads(sys.argv[5]))")
+    nodes = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path), str(n), job_id, json.dumps(jobs),
+                               json.dumps(common)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True) for n in range(3)]
+    outs = [p.communicate(timeout=300)[0] for p in nodes]
+    assert [p.returncode for p in nodes] == [0, 0, 0], outs
+    done = [json.loads((tmp_path / f"done-{k}.json").read_text()) for k in range(2)]
+    assert [d["rc"] for d in done] == [0, 0]
+    for k, workers in enumerate((2, 3)):
+        rows = done[k]["rows"]
+        assert rows and all(r["workers"] == workers and r["wrong"] == 0 and r["git_commit"] == "test" for r in rows)
+        assert all(r["network"] == {"emulated": False, "slurm_job": job_id, "partition": "p",
+                                    "hosts": ["127.0.0.1"] * workers} for r in rows)
+    assert sorted(map(json.dumps, records(tmp_path / "results"))) == sorted(json.dumps(r) for d in done for r in d["rows"])
+    # node 2 sat measurement 0 out and started measurement 1 only once node 0 had finished measurement 0
+    starts = [line for line in outs[2].splitlines() if "starts at" in line]
+    assert len(starts) == 1 and "measurement 1 " in starts[0], outs[2]
+    assert float(starts[0].split("starts at ")[1]) >= (tmp_path / "done-0.json").stat().st_mtime - 0.01
+
+
+def test_a_slurm_node_stops_when_node_0_never_finishes(tmp_path, monkeypatch, capsys):
+    """Node 0 gone: another node waits for its done file no longer than a measurement's timeout
+    and a grace, then stops instead of dialling a rendezvous nobody hosts."""
+    from ddlbench.commbench import slurm
+
+    monkeypatch.setattr(slurm, "NODE0_GRACE_S", 0.0)
+    jobs = [{"procs": 2, "spec": str(tmp_path / "spec-0.json")}, {"procs": 3, "spec": str(tmp_path / "spec-1.json")}]
+    slurm.run_node(tmp_path, 2, ["127.0.0.1"] * 3, "1", jobs, 0.5, {"results": str(tmp_path), "base": {}, "partition": "p"})
+    assert "node 0 did not finish measurement 0 within 0.5 s; stopping" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # nothing ran

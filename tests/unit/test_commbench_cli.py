@@ -21,6 +21,13 @@ from ddlbench.commbench.cli import BadInput, parse
         (["--link", "1gbit", "--backends", "mpi4py"], ["mpi4py", "--link=1gbit", "accepted: gloo"]),
         (["--link", "1gbit", "--backends", "horovod"], ["horovod", "--link=1gbit", "accepted: gloo"]),
         (["--link", "none"], ["link='none'", "accepted: a tc rate"]),
+        (["--slurm"], ["--slurm needs --partition", "PARTITION="]),
+        (["--slurm", "--partition", "p", "--link", "1gbit"], ["--link=1gbit", "accepted: --slurm"]),
+        (["--slurm", "--partition", "p", "--time-min", "0"], ["--time-min=0", "minutes >= 1"]),
+        (["--slurm", "--partition", "p", "--backends", "mpi4py"], ["mpi4py", "--slurm", "accepted: gloo"]),
+        (["--slurm", "--partition", "p", "--sbatch", "=x"], ["--sbatch '=x'", "KEY=VALUE"]),
+        (["--partition", "p"], ["for --slurm", "accepted: add --slurm"]),
+        (["--time-min", "5"], ["for --slurm", "accepted: add --slurm"]),
     ],
 )
 def test_bad_input_is_a_clear_error(args, words):
@@ -88,3 +95,40 @@ def test_timed_calls_cover_the_whole_loop_one_time_per_call():
 def test_across_emulated_hosts_auto_means_the_backends_torchrun_starts():
     a = parse(["--link", "1gbit"])
     assert a.backends and {b for b, _, _ in a.backends} <= {"gloo", "nccl", "mpi", "ucc"}
+
+
+def test_slurm_needs_slurms_client_commands(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here
+    with pytest.raises(BadInput, match="no sbatch on PATH; accepted: a host with Slurm's client commands"):
+        parse(["--slurm", "--partition", "p", "--backends", "gloo"])
+
+
+def test_on_slurm_the_gpus_are_the_nodes_not_this_hosts():
+    """A login node without GPUs submits a cuda sweep for the nodes; here it is an error."""
+    import argparse
+
+    import torch
+
+    from ddlbench.commbench.cli import resolve_backends
+
+    if torch.cuda.is_available():
+        pytest.skip("GPUs are visible here")
+    a = argparse.Namespace(backends="gloo", devices=["cuda"], slurm=True)
+    assert resolve_backends(a) == [("gloo", "cuda", None)]
+    with pytest.raises(BadInput, match="no CUDA GPU is visible"):
+        resolve_backends(argparse.Namespace(backends="gloo", devices=["cuda"], slurm=False))
+
+
+def test_make_commbench_on_slurm_passes_the_partition():
+    import subprocess
+
+    from helpers import REPO
+
+    out = subprocess.run(["make", "-n", "commbench", "CLUSTER=slurm", "PARTITION=gpu", "-o", ".venv/.installed"],
+                         cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "--slurm --partition gpu" in out.stdout
+    out = subprocess.run(["make", "-n", "commbench", "CLUSTER=slurm", "PARTITION=gpu", "TIME_MIN=5",
+                          "SBATCH=account=p qos=q", "-o", ".venv/.installed"], cwd=REPO, capture_output=True, text=True,
+                         timeout=60)
+    assert "--time-min 5 --sbatch account=p --sbatch qos=q" in " ".join(out.stdout.split())

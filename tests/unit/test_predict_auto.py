@@ -25,6 +25,13 @@ def test_network_for_each_cluster(tmp_path, monkeypatch):
     assert auto.network_for("local", directory=tmp_path) == "local-box"  # commbench's, once written
     with pytest.raises(ValueError, match="needs LINK"):
         auto.network_for("emulated")
+    # CLUSTER=slurm: the partition's own fit, once make commbench CLUSTER=slurm has written it
+    with pytest.raises(ValueError, match=r"PARTITION=gpu has no network config slurm-gpu yet; accepted: `make commbench"):
+        auto.network_for("slurm", directory=tmp_path, partition="gpu")
+    (tmp_path / "slurm-gpu.yaml").write_text("name: slurm-gpu\n")
+    assert auto.network_for("slurm", directory=tmp_path, partition="gpu") == "slurm-gpu"
+    with pytest.raises(ValueError, match="no default network"):
+        auto.network_for("slurm", directory=tmp_path)
 
 
 def test_auto_picks_the_predicted_fastest_and_says_so():
@@ -119,6 +126,8 @@ def test_commbench_ps_bursts_fit_the_cpu_a_message_costs_the_shared_machine(tmp_
     assert c.host_cpu.message_s(65536) == pytest.approx(8e-4)
     assert network.load("emulated-300mbit", tmp_path).host_cpu == c.host_cpu
     assert "host_cpu" not in network.commbench_network(commbench_rows(), "x", "test")  # no bursts measured
+    # measured across a Slurm job's nodes: workers and servers shared no machine's cores
+    assert "host_cpu" not in network.commbench_network(commbench_rows() + rows, "slurm-p", "test", shared_cores=False)
     assert network.load("100gbib").host_cpu is None  # every worker a machine of its own
     (tmp_path / "bad.yaml").write_text("name: bad\ninter: {alpha_s: 1.0e-4, beta_s_per_byte: 1.0e-9}\n"
                                        "host_cpu: {cores: 0, s_per_message: 1.0e-4}\n")
