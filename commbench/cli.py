@@ -178,7 +178,7 @@ def resolve_backends(a) -> list[tuple[str, str, str | None]]:
     said in one line and replaced by Gloo (recorded); NCCL without GPUs is an error. With --slurm
     the GPUs are the nodes', which this host (a login node) need not see."""
     requested = list(BACKENDS) if a.backends == "auto" else _list(a.backends, BACKENDS, "backend")
-    remote = getattr(a, "slurm", False)
+    remote = a.slurm
     out = []
     for device in a.devices:
         if device == "cuda" and not remote and "NCCL needs" in (why_unavailable("nccl", "cuda") or ""):

@@ -44,6 +44,12 @@ def done_path(folder: Path, k: int) -> Path:
     return Path(folder) / f"done-{k}.json"
 
 
+def done_rows(folder: Path, k: int) -> list[dict] | None:
+    """The records node 0 wrote for measurement k, or None where it has not finished it."""
+    path = done_path(folder, k)
+    return json.loads(path.read_text())["rows"] if path.exists() else None
+
+
 def node_main(folder: str, jobs: list[dict], timeout_s: float, common: dict) -> None:
     """Each Slurm task (one per node): this node's share of every measurement."""
     import submitit
@@ -60,6 +66,7 @@ def run_node(folder: Path, node: int, hostnames: list[str], job_id: str, jobs: l
     from ddlbench.commbench.cli import _rows, keep, run_jobs
     from ddlbench.launch.local import terminations, torchrun
     from ddlbench.launch.slurm import rendezvous_port
+    from ddlbench.launch.worker import write_json  # whole or absent, for nodes reading a shared filesystem
 
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     with terminations():  # scancel's SIGTERM: run_jobs kills the running torchrun's group on the way out
@@ -101,12 +108,6 @@ def wait_for(path: Path, timeout_s: float) -> bool:
     return True
 
 
-def write_json(path: Path, data) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)  # whole or absent, for the nodes reading it over a shared filesystem
-
-
 def submit_and_collect(folder: Path, jobs: list[dict], partition: str, time_min: int, cuda: bool,
                        timeout_s: float, common: dict, sbatch: dict | None = None) -> list[dict]:
     """Submit the one job, follow it until it leaves the queue, and return the rows node 0 wrote;
@@ -132,14 +133,14 @@ def submit_and_collect(folder: Path, jobs: list[dict], partition: str, time_min:
     except QueueUnreadable as exc:
         print(f"[commbench] stopped following Slurm job {job.job_id}: {exc}; node 0 records the rest as they end "
               f"(folder {folder})", flush=True)
-        return [r for k in range(len(jobs)) if done_path(folder, k).exists()
-                for r in json.loads(done_path(folder, k).read_text())["rows"]]
+        return [r for k in range(len(jobs)) for r in done_rows(folder, k) or []]
     except KeyboardInterrupt:
         why = f"interrupted (Ctrl-C); Slurm job {job.job_id} cancelled"
     rows = []
     for k, j in enumerate(jobs):
-        if done_path(folder, k).exists():
-            rows += json.loads(done_path(folder, k).read_text())["rows"]
+        done = done_rows(folder, k)
+        if done is not None:
+            rows += done
             continue
         why = why or f"Slurm job {job.job_id} ended ({final_state(job.job_id)}) before this measurement ran"
         where = {"network": {"emulated": False, "slurm_job": job.job_id, "partition": partition, "hosts": []}}

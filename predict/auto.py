@@ -35,9 +35,12 @@ def network_for(cluster: str, link: str | None = None, override: str | None = No
                 directory: Path | None = None, partition: str | None = None) -> str:
     if override:
         return override
+    def written(name: str) -> bool:  # by make commbench
+        return ((directory or network.conf_dir()) / f"{name}.yaml").exists()
+
     if cluster == "slurm" and partition:
         name = f"slurm-{partition}"
-        if ((directory or network.conf_dir()) / f"{name}.yaml").exists():
+        if written(name):
             return name
         raise ValueError(f"CLUSTER=slurm PARTITION={partition} has no network config {name} yet; accepted: "
                          f"`make commbench CLUSTER=slurm PARTITION={partition}` first, or NETWORK=<a conf/network config>")
@@ -47,7 +50,7 @@ def network_for(cluster: str, link: str | None = None, override: str | None = No
         return f"emulated-{link}"
     if cluster == "local":
         mine = local_network_name()
-        return mine if ((directory or network.conf_dir()) / f"{mine}.yaml").exists() else DEFAULT_LOCAL_NETWORK
+        return mine if written(mine) else DEFAULT_LOCAL_NETWORK
     raise ValueError(f"CLUSTER={cluster!r} has no default network; accepted: NETWORK=<a conf/network config>")
 
 
