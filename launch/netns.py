@@ -242,8 +242,13 @@ class Cluster:
         return total
 
     def hosts_lines(self) -> str:
-        """/etc/hosts lines naming every host, for tools that need names (Slurm, horovodrun)."""
-        return "".join(f"{h.address} {h.hostname}\n" for h in self.hosts)
+        """/etc/hosts lines naming every host, for tools that need names (Slurm, horovodrun), and
+        every host's IPv4-mapped IPv6 address too: c10d's TCPStore listens dual-stack and looks
+        up each client's name from its ::ffff: address, which glibc does not match to an IPv4
+        line (in a namespace, with no DNS to reach, every rank's connection warned "The hostname
+        of the client socket cannot be retrieved. err=-3")."""
+        return "".join(f"{h.address} {h.hostname}\n" for h in self.hosts) + \
+            "".join(f"::ffff:{h.address} {h.hostname}\n" for h in self.hosts)
 
 
 # -- shell ---------------------------------------------------------------------------------------
