@@ -51,7 +51,7 @@ run_args := model=$(MODEL) profile=$(PROFILE) results_dir=$(RESULTS) $(cluster_a
 	$(if $(REPEATS),profile.repeats=$(REPEATS)) $(OVERRIDES)
 
 .PHONY: install horovod test reproduce reproduce-paper bench summary figures commbench predict clean \
-	cluster-up cluster-down cluster-status shell bench-emulated
+	cluster-up cluster-down cluster-status shell bench-emulated bench-local
 
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -174,6 +174,17 @@ bench-emulated: install
 			results_dir=$(RESULTS)/emulated skip_recorded=true $(OVERRIDES) || exit $$?; \
 	done
 	$(PY) -m ddlbench.analysis.summary $(RESULTS)/emulated
+
+# The same runs on this machine (CLUSTER=local: every worker and the one PS server share its cores
+# and talk over loopback), records in $(RESULTS)/local; the predictor's check against them:
+# `python benchmarks/predict_validation.py --results $(RESULTS)/local --local-network loopback`
+# (or the local-<hostname> that make commbench wrote).
+bench-local: install
+	$(PY) -m ddlbench --multirun method=$(ALL_METHODS) workers=2,4 model=$(BENCH_MODEL) \
+		results_dir=$(RESULTS)/local skip_recorded=true $(OVERRIDES)
+	$(PY) -m ddlbench --multirun method=bsp-a2a,bytescheduler-ps,bytescheduler-a2a workers=1 model=$(BENCH_MODEL) \
+		profile.repeats=$(BENCH_ONE_REPEATS) results_dir=$(RESULTS)/local skip_recorded=true $(OVERRIDES)
+	$(PY) -m ddlbench.analysis.summary $(RESULTS)/local
 
 # Communication backends: collectives x sizes x dtypes x backends x 2..N workers (seeds 000-003).
 # LINK=<tc rate>: each job across emulated hosts, one worker per host (root), as from several

@@ -10,7 +10,8 @@
 2. Against real runs here: every ok, measured record under --results whose setup has a
    one-worker run and whose network is known: a record naming a conf/network config in its
    `network` field (the emulated cluster's runs, issue 12), or all local records with
-   --local-network NAME (e.g. conf/network/local-loopback.yaml from `make commbench`). The
+   --local-network NAME (e.g. conf/network/local-<hostname>.yaml from `make commbench`, or
+   loopback), each as one machine of its workers (`network.on_one_machine`). The
    profile is scaled to that setup's measured one-worker throughput (the local calibration).
    Prints per-method MAPE.
 
@@ -96,6 +97,16 @@ def record_network(rec: dict) -> str | None:
     return net or None
 
 
+def record_cluster(rec: dict, net: str) -> network.Cluster:
+    """The network a recorded run ran on, in the run's shape: a local run (no `network` in its
+    record, every worker on one host) is one machine of its workers (`network.on_one_machine`:
+    one node, per-machine PS with one server, as its record's `servers` says)."""
+    cluster = network.load(net)
+    if record_network(rec) is None and (rec.get("workers_per_node") or rec["workers"]) >= rec["workers"]:
+        return network.on_one_machine(cluster, rec["workers"])
+    return cluster
+
+
 def run_threads(rec: dict) -> int:
     """The intra-op threads each worker of a recorded run had (its OMP_NUM_THREADS, as the
     launchers set it; else the launchers' rule for this machine)."""
@@ -174,15 +185,15 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
         ukey = (r["model"], r["local_batch"], r["method"], net)
         if mine and simulate.runs_bytescheduler_queue(cfg) and ukey not in units:
             prof1 = cli.load_profile(r["model"], r["local_batch"], x1)
-            units[ukey] = simulate.calibrate_unit_s(r["method"], prof1, network.load(net),
+            units[ukey] = simulate.calibrate_unit_s(r["method"], prof1, record_cluster(r, net),
                                                     r["local_batch"] / one_worker_samples_per_sec(mine), stack_opts)
         unit_s = units.get(ukey, 0.0)
         ratio = by_itself.compute_s / beside.compute_s
         resolved, plan = mgwfbp_resolved(r), ""
         for pairs, one, u in ((shared, x1 * ratio, unit_s / ratio), (alone, x1, unit_s)):
             opts = replace(stack_opts, bytescheduler_unit_s=u, mgwfbp_alpha_beta=resolved)
-            p, prof, cluster = cli.predict(r["model"], [r["workers"]], net, (r["method"],), r["local_batch"], one,
-                                           opts, explain=False)
+            p, prof, cluster = cli.predict(r["model"], [r["workers"]], record_cluster(r, net), (r["method"],),
+                                           r["local_batch"], one, opts, explain=False)
             pairs[r["method"]].append((p[(r["method"], r["workers"])].samples_per_sec, r["samples_per_sec"]))
             if resolved and pairs is shared and r.get("groups"):
                 # the groups also depend on the backward times: does the run's alpha, beta give

@@ -11,7 +11,8 @@ Which network (`network_for`): NETWORK=... if given; CLUSTER=emulated: `emulated
 CLUSTER=slurm: `slurm-<PARTITION>`, written by `make commbench CLUSTER=slurm PARTITION=...`;
 CLUSTER=local: `local-<hostname>` written by `make commbench` if present, else `loopback`
 (conf/network/loopback.yaml, this project's own commbench fit on its development host; see its
-sources). Which profile: for CLUSTER=local and emulated the one measured here by one worker at
+sources), with every worker on this one machine (`network.on_one_machine`: one node, so
+per-machine PS runs one server, as the local launchers do). Which profile: for CLUSTER=local and emulated the one measured here by one worker at
 the threads each worker of the run will have, beside the run's other workers each running the
 same step on this machine's cores (profile.measured, sharers; cached); elsewhere the roofline
 scaled to the study's one-GPU row. Runs here are this project's runtime, so the stack is "ddlbench".
@@ -60,7 +61,7 @@ def run_local_batch(model: str, run_profile: str) -> int:
     return int(batch) if batch else cli.model_batch(model)
 
 
-def resolve(model: str, workers: int, local_batch: int, net: str, profile_from: str, device: str = "cpu",
+def resolve(model: str, workers: int, local_batch: int, net: "str | network.Cluster", profile_from: str, device: str = "cpu",
             run_profile: str = "local", stack: str = "ddlbench", methods=simulate.METHODS, prof=None,
             threads: int | None = None, sharers: int = 1) -> dict:
     """{method, samples_per_sec, network, dominant, predicted}: the fastest predicted method and
@@ -110,6 +111,8 @@ def main(argv=None) -> int:
         threads = threads_for(a.workers) if here else None
         device = a.device or default_device(a.cluster)  # the launcher a cluster uses has its name
         sharers = a.workers if here and device == "cpu" and source == "measured" else 1
+        if a.cluster == "local" and not a.network:  # the local launchers run every worker on this machine
+            net = network.on_one_machine(network.load(net), a.workers)
         choice = resolve(a.model, a.workers, batch, net, source, device, a.profile,
                          stack="study" if a.cluster == "slurm" and a.profile == "study" else "ddlbench", threads=threads,
                          sharers=sharers)

@@ -277,6 +277,23 @@ def with_intra(cluster: Cluster, node_name: str) -> Cluster:
                    sources={**cluster.sources, "intra": node.sources.get("intra", node_name)})
 
 
+def on_one_machine(cluster: Cluster, workers: int) -> Cluster:
+    """`cluster` as a local run uses it (launch.local, and mpirun or horovodrun on one host):
+    every worker a process of this one machine, so one node of `workers` workers. Per-machine PS
+    then reduces inside the node, pushes once per partition from its leader and runs one server
+    (`servers: auto`), where the config's own shape (one worker per endpoint, as make commbench
+    measured it) would give every worker a machine and a server of its own. The node's link is
+    the one measured between two processes here (the config's `inter`, else its `intra`)."""
+    link = cluster.inter or cluster.intra
+    if link is None:
+        raise ValueError(f"network {cluster.name!r} has no link between processes; accepted: a config with "
+                         f"`inter` (make commbench writes one)")
+    return replace(cluster, intra=link, gpus_per_node=max(workers, cluster.gpus_per_node),
+                   description=f"{cluster.description}; all {workers} workers on one machine",
+                   sources={**cluster.sources, "one machine": f"a local run: one node of {workers} workers, its link "
+                                                              f"the config's measured one"})
+
+
 EMULATED = "emulated-"
 
 

@@ -47,6 +47,25 @@ def test_auto_picks_the_predicted_fastest_and_says_so():
     assert " " not in override and override.startswith("prediction={method:'")
 
 
+def test_auto_on_a_local_cluster_predicts_one_machine_of_the_runs_workers(monkeypatch, capsys):
+    # the local launchers run every worker (and one PS server) on this machine; NETWORK= asks
+    # for that network's own shape instead
+    seen = []
+
+    def resolve(model, workers, batch, net, *a, **k):
+        seen.append(net)
+        return {"method": "bsp-a2a", "samples_per_sec": 1.0, "network": "x", "dominant": "compute",
+                "profile_source": "test", "predicted": {"bsp-a2a": 1.0}}
+    monkeypatch.setattr(auto, "resolve", resolve)
+    monkeypatch.setattr(auto, "network_for", lambda cluster, link=None, override=None, **k: override or "loopback")
+    assert auto.main(["--model", "tiny-resnet", "--workers", "4", "--cluster", "local"]) == 0
+    assert seen[-1].nodes(4) == (1, 4) and seen[-1].inter == network.load("loopback").inter
+    assert auto.main(["--model", "tiny-resnet", "--workers", "4", "--cluster", "local", "--network", "100gbib"]) == 0
+    assert seen[-1] == "100gbib"
+    assert auto.main(["--model", "tiny-resnet", "--workers", "4", "--cluster", "emulated", "--link", "1gbit"]) == 0
+    assert seen[-1] == "loopback"  # (network_for is stubbed) an emulated host per worker: as configured
+
+
 def test_the_record_keeps_the_prediction_beside_the_measurement_and_its_config_hash_ignores_it():
     pred = "prediction={method:'wfbp-a2a',samples_per_sec:12.5,network:'loopback',dominant:'compute'}"
     compose = lambda *o: config.resolve(config._compose(["model=tiny-resnet", "workers=2", *o]))  # noqa: E731

@@ -160,6 +160,20 @@ def test_validation_pools_one_worker_runs_and_calibrates_bytescheduler_from_its_
     assert runs[0][3] < base[2][0][3]  # and the two-worker prediction pays it
 
 
+def test_validation_predicts_a_local_run_as_one_machine_and_an_emulated_one_as_configured():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("predict_validation", Path(__file__).parents[2] / "benchmarks"
+                                                  / "predict_validation.py")
+    validation = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(validation)
+    local = {**_measured("bsp-ps", 4), "workers_per_node": 4, "servers": 1}
+    assert validation.record_cluster(local, "loopback").nodes(4) == (1, 4)  # one node, so one server
+    emulated = {**_measured("bsp-ps", 4), "workers_per_node": 1, "servers": 4,
+                "network": {"emulated": True, "link": "1gbit"}}
+    assert validation.record_cluster(emulated, "emulated-1gbit").nodes(4) == (4, 1)
+
+
 def test_validation_predicts_an_mgwfbp_run_with_its_own_start_up_fit(tmp_path, monkeypatch):
     """The run's record says which alpha, beta its start-up microbenchmark gave; the prediction
     of that run times the groups they chose, and the row says whether the predictor alone would

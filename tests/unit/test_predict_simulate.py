@@ -9,7 +9,7 @@ all-reduce of 40,000 B take 1 s, 80,000 B 1.5 s, 120,000 B 2 s (2 (alpha + n/2 b
 import pytest
 
 from ddlbench.methods.mgwfbp import merge_groups
-from ddlbench.predict import simulate
+from ddlbench.predict import network, simulate
 from ddlbench.predict.network import Cluster, Link
 from ddlbench.predict.profile import Profile
 
@@ -243,6 +243,22 @@ def test_server_contention_grows_with_machines():
     t2 = period("bsp-ps", toy(), one, workers=2, servers=1)
     t4 = period("bsp-ps", toy(), one, workers=4, servers=1)
     assert t4 - t2 == pytest.approx(2 * 2 * 1.2)  # two more machines' pushes and pulls through one server link
+
+
+def test_a_local_run_is_one_machine_with_one_server():
+    # Four workers on this machine (the local launchers), a link of alpha 0 and beta 1e-5 s/B:
+    # one node, so BSP-PS reduces inside it (3 steps of 30,000 B + the copy: 1.2 s), its leader
+    # pushes 120,000 B once to the one server (1.2 s), pulls once (1.2 s) and broadcasts (1.2 s).
+    # Read as four machines of one worker, the one server holding the key would take four
+    # pushes and send four pulls (4.8 s each way).
+    link = Link(0.0, 1e-5)
+    apart = Cluster("toy", intra=None, inter=link, gpus_per_node=1)
+    here = network.on_one_machine(apart, 4)
+    assert here.nodes(4) == (1, 4) and here.intra == link and apart.nodes(4) == (4, 1)
+    assert period("bsp-ps", toy(), here, workers=4, stack="ddlbench") == pytest.approx(4.0 + 4 * 1.2, rel=1e-6)
+    assert period("bsp-ps", toy(), apart, workers=4, stack="ddlbench") == pytest.approx(4.0 + 2 * 4.8, rel=1e-6)
+    with pytest.raises(ValueError, match="no link between processes; accepted"):
+        network.on_one_machine(Cluster("none", intra=None, inter=None, gpus_per_node=1), 2)
 
 
 def test_one_machine_ps_in_the_studys_stack_never_reaches_a_server():
