@@ -82,6 +82,7 @@ test: install
 # and why), run with the prediction kept in its record. NETWORK=... overrides the cluster's network.
 PROFILE_FROM ?=
 auto_args = --model $(MODEL) --profile $(PROFILE) --cluster $(CLUSTER) $(if $(LINK),--link $(LINK)) $(if $(PARTITION),--partition $(PARTITION)) \
+	$(if $(GPUS_PER_NODE),--workers-per-node $(GPUS_PER_NODE)) $(if $(INTRA_LINK),--intra-link $(INTRA_LINK)) \
 	$(if $(filter command line environment,$(origin NETWORK)),--network $(NETWORK)) $(if $(PROFILE_FROM),--profile-from $(PROFILE_FROM))
 reproduce: install
 	@status=0; \

@@ -12,7 +12,9 @@ CLUSTER=slurm: `slurm-<PARTITION>`, written by `make commbench CLUSTER=slurm PAR
 CLUSTER=local: `local-<hostname>` written by `make commbench` if present, else `loopback`
 (conf/network/loopback.yaml, this project's own commbench fit on its development host; see its
 sources), with every worker on this one machine (`network.on_one_machine`: one node, so
-per-machine PS runs one server, as the local launchers do). Which profile: for CLUSTER=local and emulated the one measured here by one worker at
+per-machine PS runs one server, as the local launchers do); on CLUSTER=emulated with
+GPUS_PER_NODE workers per host, those talking over the host's loopback
+(`network.emulated_hosts`). Which profile: for CLUSTER=local and emulated the one measured here by one worker at
 the threads each worker of the run will have, beside the run's other workers each running the
 same step on this machine's cores (profile.measured, sharers; cached); elsewhere the roofline
 scaled to the study's one-GPU row. Runs here are this project's runtime, so the stack is "ddlbench".
@@ -98,6 +100,9 @@ def main(argv=None) -> int:
     ap.add_argument("--profile-from", default=None, choices=cli.PROFILE_SOURCES,
                     help="default: measured for local and emulated clusters, derived elsewhere")
     ap.add_argument("--device", default=None, help="the run's device (default: the cluster's, as device=auto)")
+    ap.add_argument("--workers-per-node", type=int, default=None,
+                    help="CLUSTER=emulated: workers per emulated host (GPUS_PER_NODE; default 1)")
+    ap.add_argument("--intra-link", default=None, help="CLUSTER=emulated: the hosts' loopback rate (INTRA_LINK)")
     a = ap.parse_args(argv)
     try:
         net = network_for(a.cluster, a.link, a.network, partition=a.partition)
@@ -111,8 +116,13 @@ def main(argv=None) -> int:
         threads = threads_for(a.workers) if here else None
         device = a.device or default_device(a.cluster)  # the launcher a cluster uses has its name
         sharers = a.workers if here and device == "cpu" and source == "measured" else 1
-        if a.cluster == "local" and not a.network:  # the local launchers run every worker on this machine
-            net = network.on_one_machine(network.load(net), a.workers)
+        if a.workers_per_node is not None and a.workers_per_node < 1:
+            raise ValueError(f"--workers-per-node={a.workers_per_node} is invalid; accepted: >= 1")
+        if not a.network:  # the run's placement, where the network's own shape is not it
+            if a.cluster == "local":  # the local launchers run every worker on this machine
+                net = network.on_one_machine(network.load(net), a.workers)
+            elif a.cluster == "emulated":
+                net = network.emulated_hosts(network.load(net), min(a.workers, a.workers_per_node or 1), a.intra_link)
         choice = resolve(a.model, a.workers, batch, net, source, device, a.profile,
                          stack="study" if a.cluster == "slurm" and a.profile == "study" else "ddlbench", threads=threads,
                          sharers=sharers)

@@ -277,6 +277,15 @@ def with_intra(cluster: Cluster, node_name: str) -> Cluster:
                    sources={**cluster.sources, "intra": node.sources.get("intra", node_name)})
 
 
+def with_nodes(cluster: Cluster, workers_per_node: int, link: Link, source: str) -> Cluster:
+    """`cluster` with `workers_per_node` workers a machine, talking inside it over `link`: the
+    placement a run has where it is not the config's (a config written by make commbench has
+    one worker per endpoint, as it measured)."""
+    return replace(cluster, intra=link, gpus_per_node=workers_per_node,
+                   description=f"{cluster.description}; {workers_per_node} workers per machine",
+                   sources={**cluster.sources, "placement": source})
+
+
 def on_one_machine(cluster: Cluster, workers: int) -> Cluster:
     """`cluster` as a local run uses it (launch.local, and mpirun or horovodrun on one host):
     every worker a process of this one machine, so one node of `workers` workers. Per-machine PS
@@ -288,10 +297,35 @@ def on_one_machine(cluster: Cluster, workers: int) -> Cluster:
     if link is None:
         raise ValueError(f"network {cluster.name!r} has no link between processes; accepted: a config with "
                          f"`inter` (make commbench writes one)")
-    return replace(cluster, intra=link, gpus_per_node=max(workers, cluster.gpus_per_node),
-                   description=f"{cluster.description}; all {workers} workers on one machine",
-                   sources={**cluster.sources, "one machine": f"a local run: one node of {workers} workers, its link "
-                                                              f"the config's measured one"})
+    return with_nodes(cluster, max(workers, cluster.gpus_per_node), link,
+                      f"a local run: one machine of {workers} workers, over the config's measured link")
+
+
+def emulated_hosts(cluster: Cluster, workers_per_host: int, intra_link: str | None = None,
+                   directory: Path | None = None) -> Cluster:
+    """An emulated network as a run with `workers_per_host` workers on each host uses it
+    (launch.emulated, GPUS_PER_NODE): a host's workers talk over its loopback, this machine's
+    own (the link of `local-<hostname>` where make commbench wrote it, else of `loopback`), or,
+    where `intra_link` shapes it (INTRA_LINK), at that tc rate behind its token bucket with the
+    loopback's per-message cost (a 64 KiB MTU: headers are left out)."""
+    if workers_per_host <= 1:
+        return cluster
+    directory = directory or conf_dir()
+    base = local_network_name()
+    base = base if (directory / f"{base}.yaml").exists() else "loopback"
+    link = load(base, directory).inter
+    source = f"{workers_per_host} workers per emulated host, over its loopback: conf/network/{base}'s link"
+    if intra_link:
+        from ddlbench.launch.netns import BadSetting, check_rate, tbf_burst_bytes
+
+        try:
+            bps = check_rate(intra_link, "intra_link")
+        except BadSetting as exc:
+            raise ValueError(str(exc)) from None
+        if bps is not None:  # none: unshaped
+            link = Link(link.alpha_s, 8 / bps, burst_bytes=tbf_burst_bytes(bps))
+            source += f", shaped to {intra_link} (INTRA_LINK)"
+    return with_nodes(cluster, workers_per_host, link, source)
 
 
 EMULATED = "emulated-"

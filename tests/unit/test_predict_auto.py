@@ -63,7 +63,13 @@ def test_auto_on_a_local_cluster_predicts_one_machine_of_the_runs_workers(monkey
     assert auto.main(["--model", "tiny-resnet", "--workers", "4", "--cluster", "local", "--network", "100gbib"]) == 0
     assert seen[-1] == "100gbib"
     assert auto.main(["--model", "tiny-resnet", "--workers", "4", "--cluster", "emulated", "--link", "1gbit"]) == 0
-    assert seen[-1] == "loopback"  # (network_for is stubbed) an emulated host per worker: as configured
+    assert seen[-1].nodes(4) == (4, 1)  # (network_for is stubbed) an emulated host per worker: as configured
+    assert auto.main(["--model", "tiny-resnet", "--workers", "4", "--cluster", "emulated", "--link", "1gbit",
+                      "--workers-per-node", "2", "--intra-link", "10gbit"]) == 0
+    assert seen[-1].nodes(4) == (2, 2) and seen[-1].intra.beta_s_per_byte == pytest.approx(8e-10)
+    assert auto.main(["--model", "tiny-resnet", "--workers", "4", "--cluster", "emulated", "--link", "1gbit",
+                      "--workers-per-node", "0"]) == 2
+    assert "--workers-per-node=0 is invalid; accepted: >= 1" in capsys.readouterr().err
 
 
 def test_the_record_keeps_the_prediction_beside_the_measurement_and_its_config_hash_ignores_it():

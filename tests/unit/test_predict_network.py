@@ -2,6 +2,7 @@
 
 import pytest
 
+from ddlbench.launch.netns import tbf_burst_bytes
 from ddlbench.predict import network
 from ddlbench.predict.network import Cluster, Link
 
@@ -125,6 +126,23 @@ def test_every_network_config_loads():
         assert c.gpus_per_node >= 1 and (c.inter or c.intra)
     with pytest.raises(ValueError, match="accepted: .*100gbib"):
         network.load("nonesuch")
+
+
+def test_several_workers_per_emulated_host_talk_over_its_loopback(tmp_path, monkeypatch):
+    # GPUS_PER_NODE=2: two workers a host, over the host's loopback: this machine's own link
+    # (loopback's here), or at INTRA_LINK's rate with its token bucket and the loopback's alpha
+    monkeypatch.setattr(network, "local_network_name", lambda: "local-nobody")
+    (tmp_path / "loopback.yaml").write_text("name: loopback\ninter: {alpha_s: 2.0e-4, beta_s_per_byte: 1.0e-9}\n")
+    c = network.load("emulated-1gbit", tmp_path)
+    assert network.emulated_hosts(c, 1, directory=tmp_path) is c  # one worker a host: as configured
+    two = network.emulated_hosts(c, 2, directory=tmp_path)
+    assert two.nodes(4) == (2, 2) and two.inter == c.inter and two.intra == network.Link(2.0e-4, 1.0e-9)
+    shaped = network.emulated_hosts(c, 2, "10gbit", tmp_path)
+    assert shaped.intra.alpha_s == 2.0e-4 and shaped.intra.beta_s_per_byte == pytest.approx(8e-10)
+    assert shaped.intra.burst_bytes == tbf_burst_bytes(1e10)
+    assert network.emulated_hosts(c, 2, "none", tmp_path).intra == two.intra  # an unshaped loopback
+    with pytest.raises(ValueError, match="intra_link='fast' is not a rate tc understands; accepted"):
+        network.emulated_hosts(c, 2, "fast", tmp_path)
 
 
 def test_an_emulated_network_at_any_tc_rate_takes_the_rate_and_this_machines_alpha(tmp_path):
