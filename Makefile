@@ -82,7 +82,7 @@ test: install
 # and why), run with the prediction kept in its record. NETWORK=... overrides the cluster's network.
 PROFILE_FROM ?=
 auto_args = --model $(MODEL) --profile $(PROFILE) --cluster $(CLUSTER) $(if $(LINK),--link $(LINK)) $(if $(PARTITION),--partition $(PARTITION)) \
-	$(if $(GPUS_PER_NODE),--workers-per-node $(GPUS_PER_NODE)) $(if $(INTRA_LINK),--intra-link $(INTRA_LINK)) \
+	$(if $(GPUS_PER_NODE),--workers-per-node $(GPUS_PER_NODE)) $(if $(INTRA_LINK),--intra-link $(INTRA_LINK)) $(if $(INTRA),--intra $(INTRA)) \
 	$(if $(filter command line environment,$(origin NETWORK)),--network $(NETWORK)) $(if $(PROFILE_FROM),--profile-from $(PROFILE_FROM))
 reproduce: install
 	@status=0; \
@@ -115,10 +115,14 @@ reproduce-paper: install
 
 # Predicted samples/s of every method at WORKERS on NETWORK (conf/network/), appended to
 # $(RESULTS)/predictions.jsonl as "kind": "predicted" records, never read as measurements.
+# INTRA=<node config> (e.g. pcie3x16) gives NETWORK's nodes that config's GPUs and link: for a
+# network make commbench CLUSTER=slurm measured one rank per node (also METHOD=auto there).
 NETWORK  ?= 100gbib
+INTRA    ?=
 predict: install
 	$(PY) -m ddlbench.predict --model $(MODEL) --workers $(WORKERS) --network $(NETWORK) --results $(RESULTS) \
-		$(if $(filter-out all auto,$(METHOD)),--methods $(METHOD)) $(if $(PROFILE_FROM),--profile-from $(PROFILE_FROM))
+		$(if $(filter-out all auto,$(METHOD)),--methods $(METHOD)) $(if $(PROFILE_FROM),--profile-from $(PROFILE_FROM)) \
+		$(if $(INTRA),--intra $(INTRA))
 
 # EXPORT=PATH also writes every record (records/*.json merged with *.jsonl) into one JSON-lines file.
 EXPORT   ?=

@@ -99,15 +99,16 @@ def record_network(rec: dict) -> str | None:
 
 def record_cluster(rec: dict, net: str) -> network.Cluster:
     """The network a recorded run ran on, in the run's shape: a local run (no `network` in its
-    record, every worker on one host) is one machine of its workers (`network.on_one_machine`:
-    one node, per-machine PS with one server, as its record's `servers` says); an emulated run
+    record, every worker on one host) is this machine laid out as its nodes
+    (`network.on_one_machine`: by default one, so per-machine PS runs one server, as its
+    record's `servers` says); an emulated run
     with several workers per host has them talk over the host's loopback, shaped where its
     record's `intra_link` says (`network.emulated_hosts`)."""
     cluster, w, per_node = network.load(net), rec["workers"], rec.get("workers_per_node")
     if isinstance(rec.get("network"), dict) and rec["network"].get("emulated"):
         return network.emulated_hosts(cluster, min(w, per_node or 1), rec["network"].get("intra_link"))
-    if record_network(rec) is None and (per_node or w) >= w:
-        return network.on_one_machine(cluster, w)
+    if record_network(rec) is None and len(rec.get("hosts") or [None]) == 1:  # a local run: its nodes, one machine
+        return network.on_one_machine(cluster, min(w, per_node or w))
     return cluster
 
 

@@ -8,7 +8,8 @@ on stdout two Hydra overrides for the run: `method=<name>` and `prediction={...}
 record keeps as `prediction: {method, samples_per_sec, network, dominant}` beside the measurement.
 
 Which network (`network_for`): NETWORK=... if given; CLUSTER=emulated: `emulated-<LINK>`;
-CLUSTER=slurm: `slurm-<PARTITION>`, written by `make commbench CLUSTER=slurm PARTITION=...`;
+CLUSTER=slurm: `slurm-<PARTITION>`, written by `make commbench CLUSTER=slurm PARTITION=...`
+(one rank per node; with GPUS_PER_NODE > 1, INTRA=<node config> names the link inside a node);
 CLUSTER=local: `local-<hostname>` written by `make commbench` if present, else `loopback`
 (conf/network/loopback.yaml, this project's own commbench fit on its development host; see its
 sources), with every worker on this one machine (`network.on_one_machine`: one node, so
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from ddlbench.config import default_backend, default_device, threads_for
@@ -55,6 +57,46 @@ def network_for(cluster: str, link: str | None = None, override: str | None = No
         mine = local_network_name()
         return mine if written(mine) else DEFAULT_LOCAL_NETWORK
     raise ValueError(f"CLUSTER={cluster!r} has no default network; accepted: NETWORK=<a conf/network config>")
+
+
+def launcher_workers_per_node(cluster: str) -> int | None:
+    """The launcher's own workers per node (conf/launcher/<cluster>.yaml; None: all on one)."""
+    import yaml
+
+    from ddlbench.config import conf_dir
+
+    path = conf_dir() / "launcher" / f"{cluster}.yaml"
+    return (yaml.safe_load(path.read_text()) or {}).get("workers_per_node") if path.exists() else None
+
+
+def placed(cluster: str, net: network.Cluster, workers: int, workers_per_node: int | None = None,
+           intra_link: str | None = None, intra: str | None = None) -> network.Cluster:
+    """`net` as a run on `cluster` places its workers: `workers_per_node` a node (GPUS_PER_NODE;
+    by default the launcher's own: all on this machine locally, one per emulated host, 4 per
+    Slurm node). Locally every node is a layout on this machine (`network.on_one_machine`); an
+    emulated host's workers talk over its loopback (`network.emulated_hosts`, INTRA_LINK); a
+    Slurm node's over `intra`'s node config (`slurm_nodes`)."""
+    per_node = min(workers, workers_per_node or launcher_workers_per_node(cluster) or workers)
+    if cluster == "local":
+        return network.on_one_machine(net, per_node)
+    if cluster == "emulated":
+        return network.emulated_hosts(net, per_node, intra_link)
+    return slurm_nodes(net, per_node, intra)
+
+
+def slurm_nodes(cluster: network.Cluster, workers_per_node: int, intra: str | None) -> network.Cluster:
+    """A Slurm run's nodes (GPUS_PER_NODE workers each): `intra`'s node config where given;
+    else the network's own, if its nodes hold that many. make commbench CLUSTER=slurm measures
+    one rank per node, so it knows no link inside a node: a clear error, not a guess."""
+    if intra:
+        node = network.with_intra(cluster, intra)
+        return replace(node, gpus_per_node=min(workers_per_node, node.gpus_per_node))
+    if workers_per_node > cluster.gpus_per_node:
+        nodes = ", ".join(n for n in network.names() if network.load(n).inter is None)  # one node each
+        raise ValueError(f"GPUS_PER_NODE={workers_per_node} on network {cluster.name!r}, which knows no link inside "
+                         f"a node ({cluster.gpus_per_node} worker(s) per node); accepted: INTRA=<a node config: "
+                         f"{nodes}>")
+    return cluster
 
 
 def run_local_batch(model: str, run_profile: str) -> int:
@@ -101,8 +143,10 @@ def main(argv=None) -> int:
                     help="default: measured for local and emulated clusters, derived elsewhere")
     ap.add_argument("--device", default=None, help="the run's device (default: the cluster's, as device=auto)")
     ap.add_argument("--workers-per-node", type=int, default=None,
-                    help="CLUSTER=emulated: workers per emulated host (GPUS_PER_NODE; default 1)")
+                    help="workers per node or emulated host (GPUS_PER_NODE; default 1)")
     ap.add_argument("--intra-link", default=None, help="CLUSTER=emulated: the hosts' loopback rate (INTRA_LINK)")
+    ap.add_argument("--intra", default=None,
+                    help="CLUSTER=slurm: the node config (conf/network, e.g. pcie3x16) whose link joins a node's GPUs")
     a = ap.parse_args(argv)
     try:
         net = network_for(a.cluster, a.link, a.network, partition=a.partition)
@@ -118,11 +162,8 @@ def main(argv=None) -> int:
         sharers = a.workers if here and device == "cpu" and source == "measured" else 1
         if a.workers_per_node is not None and a.workers_per_node < 1:
             raise ValueError(f"--workers-per-node={a.workers_per_node} is invalid; accepted: >= 1")
-        if not a.network:  # the run's placement, where the network's own shape is not it
-            if a.cluster == "local":  # the local launchers run every worker on this machine
-                net = network.on_one_machine(network.load(net), a.workers)
-            elif a.cluster == "emulated":
-                net = network.emulated_hosts(network.load(net), min(a.workers, a.workers_per_node or 1), a.intra_link)
+        if not a.network:  # the network as the run places its workers (NETWORK= keeps its own shape)
+            net = placed(a.cluster, network.load(net), a.workers, a.workers_per_node, a.intra_link, a.intra)
         choice = resolve(a.model, a.workers, batch, net, source, device, a.profile,
                          stack="study" if a.cluster == "slurm" and a.profile == "study" else "ddlbench", threads=threads,
                          sharers=sharers)

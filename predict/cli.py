@@ -166,8 +166,9 @@ def main(argv=None) -> int:
     ap.add_argument("--profile-from", default="derived", choices=PROFILE_SOURCES,
                     help="derived: roofline scaled to a one-worker throughput; measured: one worker's hooks here (cached)")
     ap.add_argument("--device", default="cpu", help="device of a measured profile")
-    ap.add_argument("--intra", default=None, help="take the intra-node link from this node config instead "
-                    "(e.g. pcie3x16-mgwfbp-table, the study's alternative calibration)")
+    ap.add_argument("--intra", default=None, help="take the nodes (GPUs per node, their link) from this node config "
+                    "instead (e.g. pcie3x16-mgwfbp-table, the study's alternative calibration; pcie3x16 for a "
+                    "network make commbench measured one rank per node)")
     ap.add_argument("--stack", default="study", choices=simulate.STACKS,
                     help="study: BytePS/Horovod as the study ran them; ddlbench: this project's runtime")
     ap.add_argument("--algorithm", default=None, choices=network.ALGORITHMS,

@@ -266,14 +266,13 @@ def _link(spec) -> Link | None:
 
 
 def with_intra(cluster: Cluster, node_name: str) -> Cluster:
-    """`cluster` with its intra-node link taken from the node config `node_name` instead (e.g. the
-    study's two calibrations of its PCIe node), the source recorded."""
-    from dataclasses import replace
-
+    """`cluster` with its nodes taken from the node config `node_name` (e.g. the study's two
+    calibrations of its PCIe node, or a node for a network make commbench measured one rank
+    per node): its intra-node link and its GPUs per node, the source recorded."""
     node = load(node_name)
     if node.intra is None:
         raise ValueError(f"network {node_name!r} has no intra-node link; accepted: a node config such as pcie3x16")
-    return replace(cluster, intra=node.intra, name=f"{cluster.name}+{node_name}",
+    return replace(cluster, intra=node.intra, gpus_per_node=node.gpus_per_node, name=f"{cluster.name}+{node_name}",
                    sources={**cluster.sources, "intra": node.sources.get("intra", node_name)})
 
 
@@ -286,19 +285,21 @@ def with_nodes(cluster: Cluster, workers_per_node: int, link: Link, source: str)
                    sources={**cluster.sources, "placement": source})
 
 
-def on_one_machine(cluster: Cluster, workers: int) -> Cluster:
+def on_one_machine(cluster: Cluster, workers_per_node: int) -> Cluster:
     """`cluster` as a local run uses it (launch.local, and mpirun or horovodrun on one host):
-    every worker a process of this one machine, so one node of `workers` workers. Per-machine PS
-    then reduces inside the node, pushes once per partition from its leader and runs one server
-    (`servers: auto`), where the config's own shape (one worker per endpoint, as make commbench
-    measured it) would give every worker a machine and a server of its own. The node's link is
-    the one measured between two processes here (the config's `inter`, else its `intra`)."""
+    every worker a process of this one machine, laid out as nodes of `workers_per_node` (the
+    local launchers' `workers_per_node`: by default all the run's workers, one node). Per-machine
+    PS then reduces inside a node, pushes once per partition from its leader and runs a server
+    per node (`servers: auto`: one by default), where the config's own shape (one worker per
+    endpoint, as make commbench measured it) would give every worker a machine and a server of
+    its own. Every link is the one measured between two processes here (the config's `inter`,
+    else its `intra`)."""
     link = cluster.inter or cluster.intra
     if link is None:
         raise ValueError(f"network {cluster.name!r} has no link between processes; accepted: a config with "
                          f"`inter` (make commbench writes one)")
-    return with_nodes(cluster, max(workers, cluster.gpus_per_node), link,
-                      f"a local run: one machine of {workers} workers, over the config's measured link")
+    return with_nodes(cluster, workers_per_node, link,
+                      f"a local run: nodes of {workers_per_node} workers on this machine, over the config's measured link")
 
 
 def emulated_hosts(cluster: Cluster, workers_per_host: int, intra_link: str | None = None,

@@ -70,6 +70,22 @@ def test_auto_on_a_local_cluster_predicts_one_machine_of_the_runs_workers(monkey
     assert auto.main(["--model", "tiny-resnet", "--workers", "4", "--cluster", "emulated", "--link", "1gbit",
                       "--workers-per-node", "0"]) == 2
     assert "--workers-per-node=0 is invalid; accepted: >= 1" in capsys.readouterr().err
+    assert auto.main(["--model", "tiny-resnet", "--workers", "4", "--cluster", "local", "--workers-per-node", "2"]) == 0
+    assert seen[-1].nodes(4) == (2, 2)  # GPUS_PER_NODE=2 locally: the PS layout of two nodes
+
+
+def test_a_slurm_runs_nodes_come_from_a_node_config(monkeypatch):
+    # make commbench CLUSTER=slurm measures one rank per node: the link inside a node is unknown
+    # until INTRA names a node config; Slurm's launcher puts 4 workers on a node by default
+    measured = Cluster("slurm-gpu", intra=None, inter=Link(1e-5, 1e-10), gpus_per_node=1)
+    assert auto.launcher_workers_per_node("slurm") == 4 and auto.launcher_workers_per_node("local") is None
+    with pytest.raises(ValueError, match=r"GPUS_PER_NODE=4 on network 'slurm-gpu', which knows no link inside a node "
+                                         r".*accepted: INTRA=<a node config: pcie3x16"):
+        auto.placed("slurm", measured, 8)
+    nodes = auto.placed("slurm", measured, 8, intra="pcie3x16")
+    assert nodes.nodes(8) == (2, 4) and nodes.intra == network.load("pcie3x16").intra and nodes.inter == measured.inter
+    assert auto.placed("slurm", measured, 8, 2, intra="pcie3x16").nodes(8) == (4, 2)  # GPUS_PER_NODE=2
+    assert auto.placed("slurm", measured, 8, 1) is measured  # one rank per node: as measured
 
 
 def test_the_record_keeps_the_prediction_beside_the_measurement_and_its_config_hash_ignores_it():

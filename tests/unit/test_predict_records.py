@@ -167,8 +167,12 @@ def test_validation_predicts_a_local_run_as_one_machine_and_an_emulated_one_as_c
                                                   / "predict_validation.py")
     validation = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(validation)
-    local = {**_measured("bsp-ps", 4), "workers_per_node": 4, "servers": 1}
+    local = {**_measured("bsp-ps", 4), "workers_per_node": 4, "servers": 1, "hosts": ["box"]}
     assert validation.record_cluster(local, "loopback").nodes(4) == (1, 4)  # one node, so one server
+    laid_out = {**local, "workers_per_node": 2, "servers": 2}  # GPUS_PER_NODE=2 locally: two PS nodes
+    assert validation.record_cluster(laid_out, "loopback").nodes(4) == (2, 2)
+    elsewhere = {**local, "workers_per_node": 2, "hosts": ["n1", "n2"]}  # several hosts, no network: as named
+    assert validation.record_cluster(elsewhere, "loopback").nodes(4) == (4, 1)
     emulated = {**_measured("bsp-ps", 4), "workers_per_node": 1, "servers": 4,
                 "network": {"emulated": True, "link": "1gbit"}}
     assert validation.record_cluster(emulated, "emulated-1gbit").nodes(4) == (4, 1)
