@@ -25,6 +25,13 @@ from ddlbench.record import RECORDS_DIR
 PREDICTED = "predicted"  # a record's `kind` when the performance model wrote it
 
 
+def workers_per_node(rec: dict) -> int | None:
+    """A record's workers per node as its run was configured (`config.launcher.workers_per_node`;
+    None: all on one machine, the local launchers' default), else as its PS layout recorded it
+    (the top-level field, which only PS methods write)."""
+    return ((rec.get("config") or {}).get("launcher") or {}).get("workers_per_node") or rec.get("workers_per_node")
+
+
 @dataclass
 class Loaded:
     records: list[dict] = field(default_factory=list)     # measurements only

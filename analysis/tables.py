@@ -28,7 +28,7 @@ from pathlib import Path
 from ddlbench import metrics
 
 from . import noise
-from .records import PREDICTED
+from .records import PREDICTED, workers_per_node
 
 METHOD_ORDER = ("bsp-ps", "bsp-a2a", "wfbp-ps", "wfbp-a2a", "mg-wfbp", "bytescheduler-ps", "bytescheduler-a2a", "ddp")
 
@@ -120,7 +120,7 @@ def _servers_set(rec: dict):
     worker machine, `servers: auto`), which follows the worker count as the table's columns do."""
     import math
 
-    per_node = ((rec.get("config") or {}).get("launcher") or {}).get("workers_per_node") or rec.get("workers") or 1
+    per_node = workers_per_node(rec) or rec.get("workers") or 1
     auto = math.ceil((rec.get("workers") or 0) / per_node) if rec.get("servers") else 0
     return None if rec.get("servers") == auto else rec.get("servers")
 

@@ -26,7 +26,7 @@ from collections import defaultdict
 from dataclasses import replace
 
 from ddlbench.analysis import reference
-from ddlbench.analysis.records import load
+from ddlbench.analysis.records import load, workers_per_node
 from ddlbench.analysis.tables import markdown
 from ddlbench.predict import cli, network, simulate
 
@@ -104,7 +104,7 @@ def record_cluster(rec: dict, net: str) -> network.Cluster:
     record's `servers` says); an emulated run
     with several workers per host has them talk over the host's loopback, shaped where its
     record's `intra_link` says (`network.emulated_hosts`)."""
-    cluster, w, per_node = network.load(net), rec["workers"], rec.get("workers_per_node")
+    cluster, w, per_node = network.load(net), rec["workers"], workers_per_node(rec)
     if isinstance(rec.get("network"), dict) and rec["network"].get("emulated"):
         return network.emulated_hosts(cluster, min(w, per_node or 1), rec["network"].get("intra_link"))
     if record_network(rec) is None and len(rec.get("hosts") or [None]) == 1:  # a local run: its nodes, one machine

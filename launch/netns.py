@@ -62,6 +62,7 @@ MEASURE_WARMUP_S = 0.2                   # sent before the window: TCP's ramp an
 MEASURE_PORT = 5201
 MEASURE_TRIES = 3                        # a link outside tolerance is measured again, up to this many times
 HOSTS_FILE = Path("/etc/hosts")
+MAPPED_SUFFIX = "-v4mapped"  # the name of a host's IPv4-mapped IPv6 address in /etc/hosts
 HOSTS_BEGIN = "# ddlbench-netns begin: emulated hosts (python -m ddlbench.launch.netns down removes this block)"
 HOSTS_END = "# ddlbench-netns end"
 
@@ -246,9 +247,10 @@ class Cluster:
         every host's IPv4-mapped IPv6 address too: c10d's TCPStore listens dual-stack and looks
         up each client's name from its ::ffff: address, which glibc does not match to an IPv4
         line (in a namespace, with no DNS to reach, every rank's connection warned "The hostname
-        of the client socket cannot be retrieved. err=-3")."""
+        of the client socket cannot be retrieved. err=-3"). That line has a name of its own
+        (`MAPPED_SUFFIX`): under the host's name glibc would return each address twice."""
         return "".join(f"{h.address} {h.hostname}\n" for h in self.hosts) + \
-            "".join(f"::ffff:{h.address} {h.hostname}\n" for h in self.hosts)
+            "".join(f"::ffff:{h.address} {h.hostname}{MAPPED_SUFFIX}\n" for h in self.hosts)
 
 
 # -- shell ---------------------------------------------------------------------------------------

@@ -60,13 +60,11 @@ def network_for(cluster: str, link: str | None = None, override: str | None = No
 
 
 def launcher_workers_per_node(cluster: str) -> int | None:
-    """The launcher's own workers per node (conf/launcher/<cluster>.yaml; None: all on one)."""
-    import yaml
+    """The launcher's own workers per node, as a run composes it (conf/launcher/<cluster>.yaml,
+    and conf/local/default.yaml over it; None: all on this machine)."""
+    from ddlbench.config import _compose
 
-    from ddlbench.config import conf_dir
-
-    path = conf_dir() / "launcher" / f"{cluster}.yaml"
-    return (yaml.safe_load(path.read_text()) or {}).get("workers_per_node") if path.exists() else None
+    return _compose([f"launcher={cluster}"]).launcher.get("workers_per_node")
 
 
 def placed(cluster: str, net: network.Cluster, workers: int, workers_per_node: int | None = None,
@@ -75,7 +73,7 @@ def placed(cluster: str, net: network.Cluster, workers: int, workers_per_node: i
     by default the launcher's own: all on this machine locally, one per emulated host, 4 per
     Slurm node). Locally every node is a layout on this machine (`network.on_one_machine`); an
     emulated host's workers talk over its loopback (`network.emulated_hosts`, INTRA_LINK); a
-    Slurm node's over `intra`'s node config (`slurm_nodes`)."""
+    Slurm node's over `intra`'s node config, or the network's own (`slurm_nodes`)."""
     per_node = min(workers, workers_per_node or launcher_workers_per_node(cluster) or workers)
     if cluster == "local":
         return network.on_one_machine(net, per_node)
@@ -85,18 +83,22 @@ def placed(cluster: str, net: network.Cluster, workers: int, workers_per_node: i
 
 
 def slurm_nodes(cluster: network.Cluster, workers_per_node: int, intra: str | None) -> network.Cluster:
-    """A Slurm run's nodes (GPUS_PER_NODE workers each): `intra`'s node config where given;
-    else the network's own, if its nodes hold that many. make commbench CLUSTER=slurm measures
-    one rank per node, so it knows no link inside a node: a clear error, not a guess."""
+    """A Slurm run's nodes of `workers_per_node` workers, joined by the link of `intra`'s node
+    config (INTRA: its `intra`, else its `inter`, e.g. loopback for CPU nodes), else by the
+    network's own intra-node link. make commbench CLUSTER=slurm measures one rank per node, so
+    its network knows no link inside a node: a clear error, not a guess."""
     if intra:
-        node = network.with_intra(cluster, intra)
-        return replace(node, gpus_per_node=min(workers_per_node, node.gpus_per_node))
-    if workers_per_node > cluster.gpus_per_node:
+        node = network.load(intra)
+        link, name, source = node.intra or node.inter, f"{cluster.name}+{intra}", f"INTRA={intra}'s link inside a node"
+    elif workers_per_node == 1 or cluster.intra is not None:
+        link, name, source = cluster.intra, cluster.name, "the network's own link inside a node"
+    else:
         nodes = ", ".join(n for n in network.names() if network.load(n).inter is None)  # one node each
         raise ValueError(f"GPUS_PER_NODE={workers_per_node} on network {cluster.name!r}, which knows no link inside "
-                         f"a node ({cluster.gpus_per_node} worker(s) per node); accepted: INTRA=<a node config: "
-                         f"{nodes}>")
-    return cluster
+                         f"a node; accepted: INTRA=<a node config: {nodes}, or loopback for CPU nodes>, or "
+                         f"GPUS_PER_NODE=1")
+    return replace(network.with_nodes(cluster, workers_per_node, link, f"{workers_per_node} workers a Slurm node; "
+                                      f"{source}"), name=name)
 
 
 def run_local_batch(model: str, run_profile: str) -> int:
@@ -143,7 +145,8 @@ def main(argv=None) -> int:
                     help="default: measured for local and emulated clusters, derived elsewhere")
     ap.add_argument("--device", default=None, help="the run's device (default: the cluster's, as device=auto)")
     ap.add_argument("--workers-per-node", type=int, default=None,
-                    help="workers per node or emulated host (GPUS_PER_NODE; default 1)")
+                    help="workers per node or emulated host (GPUS_PER_NODE; default: the launcher's own, all on "
+                         "this machine locally, 1 per emulated host, 4 per Slurm node)")
     ap.add_argument("--intra-link", default=None, help="CLUSTER=emulated: the hosts' loopback rate (INTRA_LINK)")
     ap.add_argument("--intra", default=None,
                     help="CLUSTER=slurm: the node config (conf/network, e.g. pcie3x16) whose link joins a node's GPUs")
@@ -162,8 +165,7 @@ def main(argv=None) -> int:
         sharers = a.workers if here and device == "cpu" and source == "measured" else 1
         if a.workers_per_node is not None and a.workers_per_node < 1:
             raise ValueError(f"--workers-per-node={a.workers_per_node} is invalid; accepted: >= 1")
-        if not a.network:  # the network as the run places its workers (NETWORK= keeps its own shape)
-            net = placed(a.cluster, network.load(net), a.workers, a.workers_per_node, a.intra_link, a.intra)
+        net = placed(a.cluster, network.load(net), a.workers, a.workers_per_node, a.intra_link, a.intra)
         choice = resolve(a.model, a.workers, batch, net, source, device, a.profile,
                          stack="study" if a.cluster == "slurm" and a.profile == "study" else "ddlbench", threads=threads,
                          sharers=sharers)

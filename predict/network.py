@@ -312,21 +312,33 @@ def emulated_hosts(cluster: Cluster, workers_per_host: int, intra_link: str | No
     if workers_per_host <= 1:
         return cluster
     directory = directory or conf_dir()
-    base = local_network_name()
-    base = base if (directory / f"{base}.yaml").exists() else "loopback"
+    base = this_machine(directory)
     link = load(base, directory).inter
     source = f"{workers_per_host} workers per emulated host, over its loopback: conf/network/{base}'s link"
-    if intra_link:
-        from ddlbench.launch.netns import BadSetting, check_rate, tbf_burst_bytes
+    bps = tc_rate_bps(intra_link, "intra_link") if intra_link else None
+    if bps is not None:  # None: unshaped
+        from ddlbench.launch.netns import tbf_burst_bytes
 
-        try:
-            bps = check_rate(intra_link, "intra_link")
-        except BadSetting as exc:
-            raise ValueError(str(exc)) from None
-        if bps is not None:  # none: unshaped
-            link = Link(link.alpha_s, 8 / bps, burst_bytes=tbf_burst_bytes(bps))
-            source += f", shaped to {intra_link} (INTRA_LINK)"
+        link = Link(link.alpha_s, 8 / bps, burst_bytes=tbf_burst_bytes(bps))
+        source += f", shaped to {intra_link} (INTRA_LINK)"
     return with_nodes(cluster, workers_per_host, link, source)
+
+
+def this_machine(directory: Path) -> str:
+    """The network config of this machine's own links: `local-<hostname>` where make commbench
+    wrote it, else `loopback` (this project's development host)."""
+    mine = local_network_name()
+    return mine if (directory / f"{mine}.yaml").exists() else "loopback"
+
+
+def tc_rate_bps(text: str, what: str = "link") -> float | None:
+    """launch.netns.check_rate as a ValueError: bits per second, None for an unshaped link."""
+    from ddlbench.launch.netns import BadSetting, check_rate
+
+    try:
+        return check_rate(text, what)
+    except BadSetting as exc:
+        raise ValueError(str(exc)) from None
 
 
 EMULATED = "emulated-"
@@ -340,17 +352,11 @@ def emulated_spec(rate: str, directory: Path | None = None) -> dict:
     has one. `make commbench LINK=<rate>` measures them across the hosts (their veth pairs, tbf
     and bridge, on the same cores: a small all-reduce took 1.1-2.2 ms on average here over three
     runs) and writes conf/network/emulated-<rate>.yaml, which `load` reads first."""
-    from ddlbench.launch.netns import BadSetting, check_rate
-
-    try:
-        bps = check_rate(rate)
-    except BadSetting as exc:
-        raise ValueError(str(exc)) from None
+    bps = tc_rate_bps(rate)
     if bps is None:
         raise ValueError(f"network 'emulated-{rate}' has no rate; accepted: emulated-<a tc rate, e.g. 1gbit>")
     directory = directory or conf_dir()
-    base = local_network_name()
-    base = base if (directory / f"{base}.yaml").exists() else "loopback"
+    base = this_machine(directory)
     here = load(base, directory)
     ps = {"ps": {"rate_gbps": bps / 1e9, "alpha_s": here.ps.alpha_s}} if here.ps is not None else {}
     if here.host_cpu is not None:  # the same machine's cores, whatever the links

@@ -273,11 +273,13 @@ def ring_link_bytes(nbytes: float, workers: int) -> float:
 
 
 def ring_bucket(cluster: Cluster, workers: int, algorithm: str) -> Bucket | None:
-    """The token bucket an all-reduce stream sees, or None: a ring of one-worker machines (the
-    emulated cluster) sends `ring_link_bytes` of each all-reduce through every link direction,
-    each behind its own bucket, alike: one stands for all."""
-    m, g = cluster.nodes(workers)
-    ring = m > 1 and g == 1 and algorithm == "ring" and cluster.inter.burst_bytes > 0
+    """The token bucket an all-reduce stream sees, or None: a ring across machines (the emulated
+    cluster's hosts) sends `ring_link_bytes` of each all-reduce through every link direction
+    between them, each behind its own bucket, alike: one stands for all. With several workers a
+    machine the ring still leaves each machine once each way (ranks fill machines in order), so
+    each link direction carries one chunk a step, as with one."""
+    m, _ = cluster.nodes(workers)
+    ring = m > 1 and algorithm == "ring" and cluster.inter.burst_bytes > 0
     return Bucket(cluster.inter) if ring else None
 
 

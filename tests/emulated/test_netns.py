@@ -34,10 +34,13 @@ def test_hosts_have_their_own_names_addresses_and_nothing_routes_out(emulated_cl
     assert server.stdout.readline().strip() == "1"
     got = run_on(h1, sys.executable, "-c", f"import socket; print(socket.create_connection(({h0.address!r}, 7000)).recv(99).decode())")
     assert got == h0.hostname and server.wait(timeout=10) == 0
-    # a dual-stack server (c10d's TCPStore) sees a peer at its IPv4-mapped address: named too
+    # a dual-stack server (c10d's TCPStore) sees a peer at its IPv4-mapped address: named too,
+    # and a host's name still resolves to its one address, once
     for peer in (h0, h1):
         assert run_on(h0, sys.executable, "-c", f"import socket; print(socket.getnameinfo(('::ffff:{peer.address}', 0), "
-                                                f"socket.NI_NAMEREQD)[0])") == peer.hostname
+                                                f"socket.NI_NAMEREQD)[0])") == peer.hostname + netns.MAPPED_SUFFIX
+        assert run_on(h0, sys.executable, "-c", f"import socket; print(socket.gethostbyname_ex({peer.hostname!r})[2])") \
+            == str([peer.address])
 
 
 def test_links_are_shaped_and_measured_within_tolerance(emulated_cluster):

@@ -57,11 +57,11 @@ def test_auto_on_a_local_cluster_predicts_one_machine_of_the_runs_workers(monkey
         return {"method": "bsp-a2a", "samples_per_sec": 1.0, "network": "x", "dominant": "compute",
                 "profile_source": "test", "predicted": {"bsp-a2a": 1.0}}
     monkeypatch.setattr(auto, "resolve", resolve)
-    monkeypatch.setattr(auto, "network_for", lambda cluster, link=None, override=None, **k: override or "loopback")
+    monkeypatch.setattr(auto, "network_for", lambda cluster, link=None, override=None, **k: "loopback")
     assert auto.main(["--model", "tiny-resnet", "--workers", "4", "--cluster", "local"]) == 0
     assert seen[-1].nodes(4) == (1, 4) and seen[-1].inter == network.load("loopback").inter
-    assert auto.main(["--model", "tiny-resnet", "--workers", "4", "--cluster", "local", "--network", "100gbib"]) == 0
-    assert seen[-1] == "100gbib"
+    assert auto.main(["--model", "tiny-resnet", "--workers", "4", "--cluster", "local", "--network", "local-box"]) == 0
+    assert seen[-1].nodes(4) == (1, 4)  # NETWORK= names the links; the run still places its workers
     assert auto.main(["--model", "tiny-resnet", "--workers", "4", "--cluster", "emulated", "--link", "1gbit"]) == 0
     assert seen[-1].nodes(4) == (4, 1)  # (network_for is stubbed) an emulated host per worker: as configured
     assert auto.main(["--model", "tiny-resnet", "--workers", "4", "--cluster", "emulated", "--link", "1gbit",
@@ -79,13 +79,18 @@ def test_a_slurm_runs_nodes_come_from_a_node_config(monkeypatch):
     # until INTRA names a node config; Slurm's launcher puts 4 workers on a node by default
     measured = Cluster("slurm-gpu", intra=None, inter=Link(1e-5, 1e-10), gpus_per_node=1)
     assert auto.launcher_workers_per_node("slurm") == 4 and auto.launcher_workers_per_node("local") is None
-    with pytest.raises(ValueError, match=r"GPUS_PER_NODE=4 on network 'slurm-gpu', which knows no link inside a node "
-                                         r".*accepted: INTRA=<a node config: pcie3x16"):
+    with pytest.raises(ValueError, match=r"GPUS_PER_NODE=4 on network 'slurm-gpu', which knows no link inside a node; "
+                                         r"accepted: INTRA=<a node config: pcie3x16.*>, or GPUS_PER_NODE=1"):
         auto.placed("slurm", measured, 8)
     nodes = auto.placed("slurm", measured, 8, intra="pcie3x16")
     assert nodes.nodes(8) == (2, 4) and nodes.intra == network.load("pcie3x16").intra and nodes.inter == measured.inter
-    assert auto.placed("slurm", measured, 8, 2, intra="pcie3x16").nodes(8) == (4, 2)  # GPUS_PER_NODE=2
-    assert auto.placed("slurm", measured, 8, 1) is measured  # one rank per node: as measured
+    assert nodes.name == "slurm-gpu+pcie3x16"
+    assert auto.placed("slurm", measured, 16, 8, intra="pcie3x16").nodes(16) == (2, 8)  # GPUS_PER_NODE=8: as asked
+    cpu = auto.placed("slurm", measured, 8, 2, intra="loopback")  # CPU nodes: processes over a node's loopback
+    assert cpu.nodes(8) == (4, 2) and cpu.intra == network.load("loopback").inter
+    assert auto.placed("slurm", measured, 8, 1).nodes(8) == (8, 1)  # one rank per node: as measured
+    study = network.load("100gbib")  # a network that knows its nodes: GPUS_PER_NODE=2 of its 4
+    assert auto.placed("slurm", study, 8, 2).nodes(8) == (4, 2) and auto.placed("slurm", study, 8, 2).intra == study.intra
 
 
 def test_the_record_keeps_the_prediction_beside_the_measurement_and_its_config_hash_ignores_it():

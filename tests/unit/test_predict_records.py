@@ -176,6 +176,11 @@ def test_validation_predicts_a_local_run_as_one_machine_and_an_emulated_one_as_c
     emulated = {**_measured("bsp-ps", 4), "workers_per_node": 1, "servers": 4,
                 "network": {"emulated": True, "link": "1gbit"}}
     assert validation.record_cluster(emulated, "emulated-1gbit").nodes(4) == (4, 1)
+    # GPUS_PER_NODE=2: in its config; only PS methods write the top-level field
+    pairs = {**_measured("bsp-a2a", 4), "config": {"launcher": {"workers_per_node": 2}},
+             "network": {"emulated": True, "link": "1gbit", "intra_link": "10gbit"}}
+    placed = validation.record_cluster(pairs, "emulated-1gbit")
+    assert placed.nodes(4) == (2, 2) and placed.intra.beta_s_per_byte == pytest.approx(8e-10)
 
 
 def test_validation_predicts_an_mgwfbp_run_with_its_own_start_up_fit(tmp_path, monkeypatch):

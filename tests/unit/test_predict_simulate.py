@@ -298,6 +298,13 @@ def test_a_token_bucket_link_passes_its_burst_after_idling():
     # 1.8 s), the pull likewise (1.8 s, the machines' downlinks within it): 4 + 1.8 + 1.8
     ps = Cluster("toy", intra=None, inter=Link(0.0, 1e-5, burst_bytes=60_000), gpus_per_node=1)
     assert period("bsp-ps", toy(), ps) == pytest.approx(7.6, rel=1e-6)
+    # 2 workers a machine (GPUS_PER_NODE=2) over a link inside it that costs nothing: a ring of
+    # 4 still leaves each machine once each way, so each link direction carries what it does
+    # with 4 machines of one, behind the same bucket
+    pairs = network.with_nodes(bucket, 2, Link(0.0, 0.0), "test")
+    assert pairs.nodes(4) == (2, 2)
+    assert period("bsp-a2a", toy(), pairs, workers=4, algorithm="ring") == \
+        pytest.approx(period("bsp-a2a", toy(), bucket, workers=4, algorithm="ring"))
     # a real link (no bucket) is as before
     assert period("bsp-a2a", toy(), Cluster("toy", intra=None, inter=Link(0.25, 1.25e-5), gpus_per_node=1),
                   algorithm="ring") == pytest.approx(6.0)
