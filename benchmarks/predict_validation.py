@@ -101,9 +101,8 @@ def record_cluster(rec: dict, net: str) -> network.Cluster:
     """The network a recorded run ran on, in the run's shape: a local run (no `network` in its
     record, every worker on one host) is this machine laid out as its nodes
     (`network.on_one_machine`: by default one, so per-machine PS runs one server, as its
-    record's `servers` says); an emulated run
-    with several workers per host has them talk over the host's loopback, shaped where its
-    record's `intra_link` says (`network.emulated_hosts`)."""
+    record's `servers` says); an emulated run with several workers per host has them talk over
+    the host's loopback, shaped where its record's `intra_link` says (`network.emulated_hosts`)."""
     cluster, w, per_node = network.load(net), rec["workers"], workers_per_node(rec)
     if isinstance(rec.get("network"), dict) and rec["network"].get("emulated"):
         return network.emulated_hosts(cluster, min(w, per_node or 1), rec["network"].get("intra_link"))
