@@ -83,6 +83,7 @@ test: install
 PROFILE_FROM ?=
 auto_args = --model $(MODEL) --profile $(PROFILE) --cluster $(CLUSTER) $(if $(LINK),--link $(LINK)) $(if $(PARTITION),--partition $(PARTITION)) \
 	$(if $(GPUS_PER_NODE),--workers-per-node $(GPUS_PER_NODE)) $(if $(INTRA_LINK),--intra-link $(INTRA_LINK)) $(if $(INTRA),--intra $(INTRA)) \
+	$(if $(ONE_WORKER),--one-worker $(ONE_WORKER)) \
 	$(if $(filter command line environment,$(origin NETWORK)),--network $(NETWORK)) $(if $(PROFILE_FROM),--profile-from $(PROFILE_FROM))
 reproduce: install
 	@status=0; \
@@ -117,12 +118,15 @@ reproduce-paper: install
 # $(RESULTS)/predictions.jsonl as "kind": "predicted" records, never read as measurements.
 # INTRA=<node config> (e.g. pcie3x16) gives NETWORK's nodes that config's GPUs and link: for a
 # network make commbench CLUSTER=slurm measured one rank per node (also METHOD=auto there).
+# ONE_WORKER=<samples/s>: one worker's throughput on the target device, which the profile is scaled
+# to (default: the study's one-GPU row, which exists for its three models at their batches only).
 NETWORK  ?= 100gbib
 INTRA    ?=
+ONE_WORKER ?=
 predict: install
 	$(PY) -m ddlbench.predict --model $(MODEL) --workers $(WORKERS) --network $(NETWORK) --results $(RESULTS) \
 		$(if $(filter-out all auto,$(METHOD)),--methods $(METHOD)) $(if $(PROFILE_FROM),--profile-from $(PROFILE_FROM)) \
-		$(if $(INTRA),--intra $(INTRA))
+		$(if $(INTRA),--intra $(INTRA)) $(if $(ONE_WORKER),--one-worker $(ONE_WORKER))
 
 # EXPORT=PATH also writes every record (records/*.json merged with *.jsonl) into one JSON-lines file.
 EXPORT   ?=

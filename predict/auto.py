@@ -109,12 +109,12 @@ def run_local_batch(model: str, run_profile: str) -> int:
 
 def resolve(model: str, workers: int, local_batch: int, net: "str | network.Cluster", profile_from: str, device: str = "cpu",
             run_profile: str = "local", stack: str = "ddlbench", methods=simulate.METHODS, prof=None,
-            threads: int | None = None, sharers: int = 1) -> dict:
+            threads: int | None = None, sharers: int = 1, one_worker: float | None = None) -> dict:
     """{method, samples_per_sec, network, dominant, predicted}: the fastest predicted method and
     every method's prediction (a measured CPU profile at `threads`, each worker's share, beside
     `sharers - 1` other workers on this machine's cores)."""
     opts = cli.study_opts(run_profile, stack=stack, backend=default_backend(device))
-    prof = prof or cli.load_profile(model, local_batch, None, profile_from, device, threads, sharers)
+    prof = prof or cli.load_profile(model, local_batch, one_worker, profile_from, device, threads, sharers)
     preds, prof, cluster = cli.predict(model, [workers], net, methods, local_batch, None, opts, explain=workers > 1,
                                        prof=prof)
     best = cli.fastest(preds, workers)
@@ -144,6 +144,9 @@ def main(argv=None) -> int:
     ap.add_argument("--profile-from", default=None, choices=cli.PROFILE_SOURCES,
                     help="default: measured for local and emulated clusters, derived elsewhere")
     ap.add_argument("--device", default=None, help="the run's device (default: the cluster's, as device=auto)")
+    ap.add_argument("--one-worker", type=float, default=None,
+                    help="one-worker samples/s on the run's device (ONE_WORKER): scales the derived profile "
+                         "(default: the study's one-GPU row), or rescales a measured one")
     ap.add_argument("--workers-per-node", type=int, default=None,
                     help="workers per node or emulated host (GPUS_PER_NODE; default: the launcher's own, all on "
                          "this machine locally, 1 per emulated host, 4 per Slurm node)")
@@ -165,10 +168,11 @@ def main(argv=None) -> int:
         sharers = a.workers if here and device == "cpu" and source == "measured" else 1
         if a.workers_per_node is not None and a.workers_per_node < 1:
             raise ValueError(f"--workers-per-node={a.workers_per_node} is invalid; accepted: >= 1")
+
         net = placed(a.cluster, network.load(net), a.workers, a.workers_per_node, a.intra_link, a.intra)
         choice = resolve(a.model, a.workers, batch, net, source, device, a.profile,
                          stack="study" if a.cluster == "slurm" and a.profile == "study" else "ddlbench", threads=threads,
-                         sharers=sharers)
+                         sharers=sharers, one_worker=a.one_worker)
     except (ValueError, RuntimeError) as exc:  # RuntimeError: the profile's neighbour workers failed
         print(f"auto: error: {exc}", file=sys.stderr)
         return 2

@@ -406,7 +406,7 @@ def one_worker_samples_per_sec(model: str, local_batch: int, path: Path = REFERE
     if not values:
         known = sorted({(r["model"].replace("_", "-"), int(r["local_batch"])) for r in one_worker_rows(path)})
         raise ValueError(f"no published one-worker throughput for model={model!r} at local batch {local_batch}; "
-                         f"accepted: {', '.join(f'{m} at {b}' for m, b in known)}, or state one (--one-worker)")
+                         f"accepted: {', '.join(f'{m} at {b}' for m, b in known)}, or state one (--one-worker; ONE_WORKER=<samples/s> with make)")
     if len(values) > 1:
         raise ValueError(f"published one-worker rows disagree for {model} at {local_batch}: {sorted(values)}")
     return values.pop()

@@ -50,10 +50,11 @@ def test_auto_picks_the_predicted_fastest_and_says_so():
 def test_auto_on_a_local_cluster_predicts_one_machine_of_the_runs_workers(monkeypatch, capsys):
     # the local launchers run every worker (and one PS server) on this machine; NETWORK= asks
     # for that network's own shape instead
-    seen = []
+    seen, given = [], []
 
     def resolve(model, workers, batch, net, *a, **k):
         seen.append(net)
+        given.append(k.get("one_worker"))
         return {"method": "bsp-a2a", "samples_per_sec": 1.0, "network": "x", "dominant": "compute",
                 "profile_source": "test", "predicted": {"bsp-a2a": 1.0}}
     monkeypatch.setattr(auto, "resolve", resolve)
@@ -72,6 +73,9 @@ def test_auto_on_a_local_cluster_predicts_one_machine_of_the_runs_workers(monkey
     assert "--workers-per-node=0 is invalid; accepted: >= 1" in capsys.readouterr().err
     assert auto.main(["--model", "tiny-resnet", "--workers", "4", "--cluster", "local", "--workers-per-node", "2"]) == 0
     assert seen[-1].nodes(4) == (2, 2)  # GPUS_PER_NODE=2 locally: the PS layout of two nodes
+    # ONE_WORKER: the one-worker throughput the profile is scaled to, handed to the prediction
+    assert auto.main(["--model", "tiny-resnet", "--workers", "4", "--one-worker", "123"]) == 0
+    assert given[-1] == 123.0 and given[0] is None
 
 
 def test_a_slurm_runs_nodes_come_from_a_node_config(monkeypatch):

@@ -97,6 +97,12 @@ def test_bad_inputs_are_one_line(tmp_path, capsys):
     assert cli.main(["--methods", "bogus", "--results", str(tmp_path)]) == 2
     assert cli.main(["--bytescheduler-unit-ms", "-1", "--results", str(tmp_path)]) == 2
     assert cli.main(["--bytescheduler-unit-ms", "0.5", "--results", str(tmp_path)]) == 2  # the study's stack
+    capsys.readouterr()
+    assert cli.main(["--one-worker", "-5", "--results", str(tmp_path)]) == 2
+    assert "one-worker throughput -5.0 samples/s is invalid; accepted: > 0" in capsys.readouterr().err
+    # a model without a published one-worker row: the error names the flag and make's variable
+    assert cli.main(["--model", "tiny-resnet", "--results", str(tmp_path)]) == 2
+    assert "--one-worker; ONE_WORKER=<samples/s> with make" in capsys.readouterr().err
 
 
 def test_validation_reports_how_far_apart_two_benches_measured_the_same_runs(tmp_path):
