@@ -90,6 +90,7 @@ from ddlbench.methods.bytescheduler import CreditQueue
 from ddlbench.methods.grouped import fuse_by_threshold
 from ddlbench.methods.mgwfbp import bench_sizes, fit_alpha_beta, merge_groups
 from ddlbench.methods.ps import EngineMap, ScheduledQueue, plan
+from ddlbench.methods.ps_node import TOPOLOGIES as PS_TOPOLOGIES
 
 from .network import ALGORITHMS, Cluster, Link
 from .profile import GPU_MEM_BPS, Profile
@@ -237,6 +238,8 @@ class Options:
                                     # machine's bytes and summing is free
     mgwfbp_alpha_beta: tuple[float, float] | None = None  # MG-WFBP's alpha, beta as a run resolved
                                     # them (its record's start-up fit); None: `mgwfbp_alpha_beta()`
+    ps_topology: str | None = None  # PS: per-machine or per-gpu (a run's `method.ps_topology`); None: the
+                                    # method config's (per-machine, as the study ran BytePS)
 
     def __post_init__(self):
         if self.stack not in STACKS:
@@ -256,6 +259,15 @@ class Options:
 
         if self.bytescheduler_ps not in BYTESCHEDULER_PS_VARIANTS:
             raise ValueError(f"bytescheduler_ps={self.bytescheduler_ps!r} is unknown; accepted: byteps, worker")
+        if self.ps_topology not in (None, *PS_TOPOLOGIES):
+            raise ValueError(f"ps_topology={self.ps_topology!r} is unknown; accepted: {', '.join(PS_TOPOLOGIES)}")
+
+
+def pushers(cluster: Cluster, workers: int, cfg: dict, opts: Options) -> int:
+    """How many push each partition: one per machine (per-machine: the node's leader, after its
+    reduce), or every worker (per-gpu), as `methods.ps_node` lays them out."""
+    m, g = cluster.nodes(workers)
+    return m * g if (opts.ps_topology or cfg.get("ps_topology", "per-machine")) == "per-gpu" else m
 
 
 def default_algorithm(stack: str, backend: str | None = None) -> str:
@@ -340,6 +352,8 @@ class PSComm:
         self.sim, self.cluster = sim, cluster
         self.m, self.g = cluster.nodes(workers)
         self.S = opts.servers or self.m
+        self.pushers = pushers(cluster, workers, method_cfg, opts)
+        self.per_machine = self.pushers // self.m  # pushes leaving one machine per partition (per-gpu: g)
         self.parts = plan(message_numels, element_size, int(method_cfg["partition_bytes"]), self.S)
         self.esize = element_size
         self.local_only = self.m == 1 and opts.stack == "study"  # BytePS with DMLC_NUM_WORKER=1
@@ -357,10 +371,12 @@ class PSComm:
             threads = int(method_cfg.get("server_engine_threads", 8))
             self.threads = threads
             self.engine_map = [EngineMap(threads) for _ in range(self.S)]
-            self.engines = [[Station(sim, ScheduledQueue(self.m) if server_schedule else None) for _ in range(threads)]
+            self.engines = [[Station(sim, ScheduledQueue(self.pushers) if server_schedule else None)
+                             for _ in range(threads)]
                             for _ in range(self.S)]
             self.summing = (cluster.server_mem_Bps > 0 or server_schedule) and opts.server_contention
-        self.fan_in = self.m if opts.server_contention else 1  # pushes a server link carries per partition
+        # pushes a server link carries per partition (without contention: one machine's)
+        self.fan_in = self.pushers if opts.server_contention else self.per_machine
 
     def send(self, message: int, on_pushed, on_done) -> None:
         parts = self.parts[message]
@@ -377,7 +393,7 @@ class PSComm:
     def _part(self, part, pushed, done) -> None:
         c, sim = self.cluster, self.sim
         nbytes = part.numel * self.esize
-        node_s = c.intra_reduce_s(nbytes, self.g)
+        node_s = c.intra_reduce_s(nbytes, self.g) if self.per_machine == 1 else 0.0  # per-gpu: no node stage
 
         def broadcast():
             self.node.submit((node_s, 0.0, None, done))
@@ -390,8 +406,9 @@ class PSComm:
 
         def pull():
             def started(now, end):
+                mine = self.per_machine * nbytes  # the machine's pulls (per-gpu: each of its workers')
                 sim.at(now + inter.alpha_s, self.down.submit,
-                       (self.down.timed(nbytes, nbytes * inter.beta_s_per_byte), end, None, broadcast))
+                       (self.down.timed(mine, mine * inter.beta_s_per_byte), end, None, broadcast))
             out = self.server_out[k]
             out.submit((out.timed(self.fan_in * nbytes, inter.time_s(self.fan_in * nbytes)), 0.0, started, None))
 
@@ -400,13 +417,13 @@ class PSComm:
                 return pull()
             thread = self.engines[k][self.engine_map[k].thread_of(part.key, nbytes)]
             sum_s = c.server_sum_s(nbytes, self.threads)
-            left = [self.m]
+            left = [self.pushers]
 
             def one():
                 left[0] -= 1
                 if left[0] == 0:
                     pull()
-            for _ in range(self.m):  # one engine message per machine's push (BytePS: SUM_RECV)
+            for _ in range(self.pushers):  # one engine message per push (BytePS: SUM_RECV)
                 thread.submit((part.key, sum_s, 0.0, None, one))
 
         def held():
@@ -419,7 +436,8 @@ class PSComm:
                    (into.timed(self.fan_in * nbytes, self.fan_in * nbytes * inter.beta_s_per_byte), end, None, held))
 
         def reduced():
-            self.up.submit((self.up.timed(nbytes, inter.time_s(nbytes)), 0.0, push_started, None))
+            mine = self.per_machine * nbytes  # the machine's pushes (per-gpu: each of its workers')
+            self.up.submit((self.up.timed(mine, inter.time_s(mine)), 0.0, push_started, None))
 
         self.node.submit((node_s, 0.0, None, reduced))
 
@@ -655,8 +673,9 @@ def bytescheduler_units(profile: Profile, cfg: dict) -> tuple[list[int], list[in
 
 def host_cpu_s(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg: dict, opts: Options) -> float:
     """The CPU of one iteration's PS messages on a machine whose cores every worker and server
-    share (`Cluster.host_cpu`), as the time the workers' compute waits for it: every pushing
-    machine's messages (each partition one message, `ps.plan`) over the cores. Only for messages
+    share (`Cluster.host_cpu`), as the time the workers' compute waits for it: every pusher's
+    messages (a machine's leader, or every worker per-gpu; each partition one message,
+    `ps.plan`) over the cores. Only for messages
     that leave during backward (WFBP, ByteScheduler): BSP's leave after it, when no compute needs
     the cores, and their cost is the PS link's, timed on the same cores. 0 elsewhere."""
     hc = cluster.host_cpu
@@ -665,9 +684,10 @@ def host_cpu_s(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg: d
     numels = bytescheduler_units(profile, cfg)[0] if p.bytescheduler else \
         [sum(profile.numels[i] for i in m) for m in p.messages]
     esize = profile.element_size
-    machines = cluster.nodes(workers)[0]  # per-machine PS: one pusher per machine
+    machines = cluster.nodes(workers)[0]
     parts = plan(numels, esize, int(cfg["partition_bytes"]), opts.servers or machines)
-    return machines * sum(hc.message_s(part.numel * esize) for ps in parts for part in ps) / hc.cores
+    per_pusher = sum(hc.message_s(part.numel * esize) for ps in parts for part in ps)
+    return pushers(cluster, workers, cfg, opts) * per_pusher / hc.cores
 
 
 def stretched_backward(profile: Profile, extra_s: float) -> Profile:

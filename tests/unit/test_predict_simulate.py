@@ -259,6 +259,14 @@ def test_a_local_run_is_one_machine_with_one_server():
     assert period("bsp-ps", toy(), apart, workers=4, stack="ddlbench") == pytest.approx(4.0 + 2 * 4.8, rel=1e-6)
     with pytest.raises(ValueError, match="no link between processes; accepted"):
         network.on_one_machine(Cluster("none", intra=None, inter=None, gpus_per_node=1), 2)
+    # ps_topology=per-gpu (methods.ps_node): every worker pushes, no node stage: the machine's
+    # link carries its 4 pushes (4.8 s) into the server's (4.8 s, cut through), and 4 pulls back
+    assert period("bsp-ps", toy(), here, workers=4, stack="ddlbench", ps_topology="per-gpu") == \
+        pytest.approx(4.0 + 2 * 4.8, rel=1e-6)
+    assert period("bsp-ps", toy(), apart, workers=4, stack="ddlbench", ps_topology="per-gpu") == \
+        pytest.approx(4.0 + 2 * 4.8, rel=1e-6)  # one worker a machine: the same as per-machine
+    with pytest.raises(ValueError, match="ps_topology='per-node' is unknown; accepted: per-machine, per-gpu"):
+        simulate.Options(ps_topology="per-node")
 
 
 def test_one_machine_ps_in_the_studys_stack_never_reaches_a_server():
