@@ -111,6 +111,12 @@ def record_cluster(rec: dict, net: str) -> network.Cluster:
     return cluster
 
 
+def record_ps_topology(rec: dict) -> str | None:
+    """A PS run's topology as it recorded it (its layout's `ps_topology`, else its config's,
+    for records written before the layout said); None for an all-reduce run."""
+    return rec.get("ps_topology") or ((rec.get("config") or {}).get("method") or {}).get("ps_topology")
+
+
 def run_threads(rec: dict) -> int:
     """The intra-op threads each worker of a recorded run had (its OMP_NUM_THREADS, as the
     launchers set it; else the launchers' rule for this machine)."""
@@ -184,7 +190,7 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
         beside = profile.measured(r["model"], r["local_batch"], "cpu", threads=run_threads(r), sharers=r["workers"])
         stack_opts = replace(cli.study_opts((r.get("config") or {}).get("profile", {}).get("name", "local"),
                                             stack="ddlbench", backend=r.get("backend")),
-                             ps_topology=r.get("ps_topology"))  # a PS run's, as it recorded it
+                             ps_topology=record_ps_topology(r))
         cfg = simulate.method_config(r["method"], stack_opts.bytescheduler_ps)
         mine = own.get((*key, r["method"], one_worker_link(r["method"], net)))  # its one-worker runs
         ukey = (r["model"], r["local_batch"], r["method"], net)

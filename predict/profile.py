@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -85,8 +86,9 @@ class Profile:
 
     def scaled(self, samples_per_sec_1: float, source: str) -> "Profile":
         """The same profile with every time scaled so one worker runs at `samples_per_sec_1`."""
-        if samples_per_sec_1 <= 0:
-            raise ValueError(f"one-worker throughput {samples_per_sec_1!r} samples/s is invalid; accepted: > 0")
+        if not 0 < samples_per_sec_1 < math.inf:  # nan too
+            raise ValueError(f"one-worker throughput {samples_per_sec_1!r} samples/s is invalid; accepted: a finite "
+                             f"number > 0")
         k = (self.local_batch / samples_per_sec_1) / self.compute_s
         return replace(self, ready_s=[t * k for t in self.ready_s], need_s=[t * k for t in self.need_s],
                        forward_s=self.forward_s * k, backward_s=self.backward_s * k,

@@ -261,13 +261,20 @@ class Options:
             raise ValueError(f"bytescheduler_ps={self.bytescheduler_ps!r} is unknown; accepted: byteps, worker")
         if self.ps_topology not in (None, *PS_TOPOLOGIES):
             raise ValueError(f"ps_topology={self.ps_topology!r} is unknown; accepted: {', '.join(PS_TOPOLOGIES)}")
+        if self.ps_topology == "per-gpu" and self.stack == "study":
+            raise ValueError("ps_topology='per-gpu' with stack='study' is invalid (the study's BytePS pushes once "
+                             "per machine); accepted: per-machine, or per-gpu with stack ddlbench")
+
+
+def per_gpu(cfg: dict, opts: Options) -> bool:
+    """Whether every worker pushes (ps_topology=per-gpu), not one per machine after its reduce."""
+    return (opts.ps_topology or cfg.get("ps_topology", "per-machine")) == "per-gpu"
 
 
 def pushers(cluster: Cluster, workers: int, cfg: dict, opts: Options) -> int:
-    """How many push each partition: one per machine (per-machine: the node's leader, after its
-    reduce), or every worker (per-gpu), as `methods.ps_node` lays them out."""
-    m, g = cluster.nodes(workers)
-    return m * g if (opts.ps_topology or cfg.get("ps_topology", "per-machine")) == "per-gpu" else m
+    """How many push each partition, as `methods.ps_node` lays them out: one per machine
+    (per-machine: the node's leader, after its reduce), or every worker (per-gpu)."""
+    return workers if per_gpu(cfg, opts) else cluster.nodes(workers)[0]
 
 
 def default_algorithm(stack: str, backend: str | None = None) -> str:
@@ -353,7 +360,7 @@ class PSComm:
         self.m, self.g = cluster.nodes(workers)
         self.S = opts.servers or self.m
         self.pushers = pushers(cluster, workers, method_cfg, opts)
-        self.per_machine = self.pushers // self.m  # pushes leaving one machine per partition (per-gpu: g)
+        self.per_machine = self.g if per_gpu(method_cfg, opts) else 1  # pushes leaving a (full) machine per partition
         self.parts = plan(message_numels, element_size, int(method_cfg["partition_bytes"]), self.S)
         self.esize = element_size
         self.local_only = self.m == 1 and opts.stack == "study"  # BytePS with DMLC_NUM_WORKER=1

@@ -99,7 +99,9 @@ def test_bad_inputs_are_one_line(tmp_path, capsys):
     assert cli.main(["--bytescheduler-unit-ms", "0.5", "--results", str(tmp_path)]) == 2  # the study's stack
     capsys.readouterr()
     assert cli.main(["--one-worker", "-5", "--results", str(tmp_path)]) == 2
-    assert "one-worker throughput -5.0 samples/s is invalid; accepted: > 0" in capsys.readouterr().err
+    assert "one-worker throughput -5.0 samples/s is invalid; accepted: a finite number > 0" in capsys.readouterr().err
+    assert cli.main(["--one-worker", "nan", "--results", str(tmp_path)]) == 2
+    assert "one-worker throughput nan samples/s is invalid" in capsys.readouterr().err
     # a model without a published one-worker row: the error names the flag and make's variable
     assert cli.main(["--model", "tiny-resnet", "--results", str(tmp_path)]) == 2
     assert "--one-worker; ONE_WORKER=<samples/s> with make" in capsys.readouterr().err
@@ -187,6 +189,10 @@ def test_validation_predicts_a_local_run_as_one_machine_and_an_emulated_one_as_c
              "network": {"emulated": True, "link": "1gbit", "intra_link": "10gbit"}}
     placed = validation.record_cluster(pairs, "emulated-1gbit")
     assert placed.nodes(4) == (2, 2) and placed.intra.beta_s_per_byte == pytest.approx(8e-10)
+    # the PS layout: the run's own field, else its config's (older records); none for all-reduce
+    assert validation.record_ps_topology({**local, "ps_topology": "per-gpu"}) == "per-gpu"
+    assert validation.record_ps_topology({**local, "config": {"method": {"ps_topology": "per-gpu"}}}) == "per-gpu"
+    assert validation.record_ps_topology(pairs) is None
 
 
 def test_validation_predicts_an_mgwfbp_run_with_its_own_start_up_fit(tmp_path, monkeypatch):

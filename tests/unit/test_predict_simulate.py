@@ -6,11 +6,13 @@ all-reduce of 40,000 B take 1 s, 80,000 B 1.5 s, 120,000 B 2 s (2 (alpha + n/2 b
 0.25 s, beta 1.25e-5 s/B). Fused messages also pay a pack and unpack copy at GPU memory speed
 (tens of nanoseconds here), hence approx.
 """
+from dataclasses import replace
+
 import pytest
 
 from ddlbench.methods.mgwfbp import merge_groups
 from ddlbench.predict import network, simulate
-from ddlbench.predict.network import Cluster, Link
+from ddlbench.predict.network import Cluster, HostCpu, Link
 from ddlbench.predict.profile import Profile
 
 N = 10_000
@@ -267,6 +269,31 @@ def test_a_local_run_is_one_machine_with_one_server():
         pytest.approx(4.0 + 2 * 4.8, rel=1e-6)  # one worker a machine: the same as per-machine
     with pytest.raises(ValueError, match="ps_topology='per-node' is unknown; accepted: per-machine, per-gpu"):
         simulate.Options(ps_topology="per-node")
+    with pytest.raises(ValueError, match="ps_topology='per-gpu' with stack='study' is invalid.*accepted: per-machine"):
+        simulate.Options(stack="study", ps_topology="per-gpu")
+
+
+def test_per_gpu_ps_pushes_from_every_worker():
+    # 2 machines of 2 workers, every link alpha 0, beta 1e-5 s/B; BSP-PS's 120,000 B partition.
+    # per-machine: node reduce (60,000 B + its copy: 1.2 s), the 2 leaders' pushes into the
+    # server (2.4 s), 2 pulls (2.4 s), broadcast (1.2 s). per-gpu: no node stage; each machine's
+    # link carries its 2 workers' pushes (2.4 s), the server's all 4 (4.8 s), and back.
+    link = Link(0.0, 1e-5)
+    pairs = network.with_nodes(Cluster("toy", intra=None, inter=link, gpus_per_node=1), 2, link, "test")
+    assert period("bsp-ps", toy(), pairs, workers=4, stack="ddlbench") == pytest.approx(4.0 + 1.2 + 2.4 + 2.4 + 1.2)
+    assert period("bsp-ps", toy(), pairs, workers=4, stack="ddlbench", ps_topology="per-gpu") == \
+        pytest.approx(4.0 + 2 * 4.8)
+    # 3 workers on nodes of 2: 3 pushers (methods.ps_node: every worker), not 2 x 2
+    assert period("bsp-ps", toy(), pairs, workers=3, stack="ddlbench", ps_topology="per-gpu") == \
+        pytest.approx(4.0 + 2 * 3.6)
+    # on cores that workers and servers share, every pusher's messages cost them CPU: twice as
+    # many pushers here
+    shared = replace(pairs, host_cpu=HostCpu(cores=2, s_per_message=0.01))
+    cfg = simulate.method_config("wfbp-ps")
+    cpu = {t: simulate.host_cpu_s(simulate.plan_for("wfbp-ps", toy(), shared, 4, o), toy(), shared, 4, cfg, o)
+           for t, o in (("per-machine", simulate.Options(stack="ddlbench")),
+                        ("per-gpu", simulate.Options(stack="ddlbench", ps_topology="per-gpu")))}
+    assert cpu["per-machine"] > 0 and cpu["per-gpu"] == pytest.approx(2 * cpu["per-machine"])
 
 
 def test_one_machine_ps_in_the_studys_stack_never_reaches_a_server():
