@@ -174,13 +174,15 @@ shell: install
 BENCH_LINKS ?= 100mbit 1gbit
 BENCH_MODEL ?= tiny-resnet
 BENCH_ONE_REPEATS ?= 6
+# The bench's two sweeps, given where they run ($(1): the launcher's overrides and results_dir).
+bench_many = $(PY) -m ddlbench --multirun method=$(ALL_METHODS) workers=2,4 model=$(BENCH_MODEL) $(1) \
+	skip_recorded=true $(OVERRIDES)
+bench_one = $(PY) -m ddlbench --multirun method=bsp-a2a,bytescheduler-ps,bytescheduler-a2a workers=1 \
+	model=$(BENCH_MODEL) profile.repeats=$(BENCH_ONE_REPEATS) $(1) skip_recorded=true $(OVERRIDES)
 bench-emulated: install
 	@for link in $(BENCH_LINKS); do \
-		$(PY) -m ddlbench --multirun method=$(ALL_METHODS) workers=2,4 model=$(BENCH_MODEL) launcher=emulated \
-			launcher.nodes=4 launcher.link=$$link results_dir=$(RESULTS)/emulated skip_recorded=true $(OVERRIDES) || exit $$?; \
-		$(PY) -m ddlbench --multirun method=bsp-a2a,bytescheduler-ps,bytescheduler-a2a workers=1 model=$(BENCH_MODEL) \
-			launcher=emulated launcher.nodes=4 launcher.link=$$link profile.repeats=$(BENCH_ONE_REPEATS) \
-			results_dir=$(RESULTS)/emulated skip_recorded=true $(OVERRIDES) || exit $$?; \
+		$(call bench_many,launcher=emulated launcher.nodes=4 launcher.link=$$link results_dir=$(RESULTS)/emulated) || exit $$?; \
+		$(call bench_one,launcher=emulated launcher.nodes=4 launcher.link=$$link results_dir=$(RESULTS)/emulated) || exit $$?; \
 	done
 	$(PY) -m ddlbench.analysis.summary $(RESULTS)/emulated
 
@@ -189,10 +191,8 @@ bench-emulated: install
 # `python benchmarks/predict_validation.py --results $(RESULTS)/local --local-network loopback`
 # (or the local-<hostname> that make commbench wrote).
 bench-local: install
-	$(PY) -m ddlbench --multirun method=$(ALL_METHODS) workers=2,4 model=$(BENCH_MODEL) \
-		results_dir=$(RESULTS)/local skip_recorded=true $(OVERRIDES)
-	$(PY) -m ddlbench --multirun method=bsp-a2a,bytescheduler-ps,bytescheduler-a2a workers=1 model=$(BENCH_MODEL) \
-		profile.repeats=$(BENCH_ONE_REPEATS) results_dir=$(RESULTS)/local skip_recorded=true $(OVERRIDES)
+	$(call bench_many,results_dir=$(RESULTS)/local)
+	$(call bench_one,results_dir=$(RESULTS)/local)
 	$(PY) -m ddlbench.analysis.summary $(RESULTS)/local
 
 # Communication backends: collectives x sizes x dtypes x backends x 2..N workers (seeds 000-003).

@@ -192,19 +192,20 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
                                             stack="ddlbench", backend=r.get("backend")),
                              ps_topology=record_ps_topology(r))
         cfg = simulate.method_config(r["method"], stack_opts.bytescheduler_ps)
+        placed = record_cluster(r, net)  # the network in the run's shape
         mine = own.get((*key, r["method"], one_worker_link(r["method"], net)))  # its one-worker runs
         ukey = (r["model"], r["local_batch"], r["method"], net)
         if mine and simulate.runs_bytescheduler_queue(cfg) and ukey not in units:
             prof1 = cli.load_profile(r["model"], r["local_batch"], x1)
-            units[ukey] = simulate.calibrate_unit_s(r["method"], prof1, record_cluster(r, net),
+            units[ukey] = simulate.calibrate_unit_s(r["method"], prof1, placed,
                                                     r["local_batch"] / one_worker_samples_per_sec(mine), stack_opts)
         unit_s = units.get(ukey, 0.0)
         ratio = by_itself.compute_s / beside.compute_s
         resolved, plan = mgwfbp_resolved(r), ""
         for pairs, one, u in ((shared, x1 * ratio, unit_s / ratio), (alone, x1, unit_s)):
             opts = replace(stack_opts, bytescheduler_unit_s=u, mgwfbp_alpha_beta=resolved)
-            p, prof, cluster = cli.predict(r["model"], [r["workers"]], record_cluster(r, net), (r["method"],),
-                                           r["local_batch"], one, opts, explain=False)
+            p, prof, cluster = cli.predict(r["model"], [r["workers"]], placed, (r["method"],), r["local_batch"], one,
+                                           opts, explain=False)
             pairs[r["method"]].append((p[(r["method"], r["workers"])].samples_per_sec, r["samples_per_sec"]))
             if resolved and pairs is shared and r.get("groups"):
                 # the groups also depend on the backward times: does the run's alpha, beta give

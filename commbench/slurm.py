@@ -88,11 +88,14 @@ def run_node(folder: Path, node: int, hostnames: list[str], job_id: str, jobs: l
                 if rc:
                     rows = [{**r, "error": f"{r['error']} (each node's stderr: {folder / 'slurm'})"} if "error" in r
                             else r for r in rows]
-                where = {"network": {"emulated": False, "slurm_job": job_id, "partition": common["partition"],
-                                     "hosts": list(hostnames[:procs])}}
                 rows = keep(common["results"], common["base"], rows, job["mode"], job["backend"], job["fallback_from"],
-                            where)
+                            where(job_id, common["partition"], hostnames[:procs]))
                 write_json(done_path(folder, k), {"rc": rc, "rows": rows})
+
+
+def where(job_id: str, partition: str, hosts) -> dict:
+    """Where a measurement ran, as its records say it: the Slurm job, its partition and the nodes."""
+    return {"network": {"emulated": False, "slurm_job": job_id, "partition": partition, "hosts": list(hosts)}}
 
 
 def say(node: int, text: str) -> None:
@@ -143,7 +146,6 @@ def submit_and_collect(folder: Path, jobs: list[dict], partition: str, time_min:
             rows += done
             continue
         why = why or f"Slurm job {job.job_id} ended ({final_state(job.job_id)}) before this measurement ran"
-        where = {"network": {"emulated": False, "slurm_job": job.job_id, "partition": partition, "hosts": []}}
         rows += keep(common["results"], common["base"], [{"error": f"{why}; logs in {folder / 'slurm'}"}],
-                     j["mode"], j["backend"], j["fallback_from"], where)
+                     j["mode"], j["backend"], j["fallback_from"], where(job.job_id, partition, []))
     return rows
