@@ -415,11 +415,11 @@ def write_network(rows: list[dict], name: str | None, data_path: Path, how: str 
                   shared_cores: bool = True) -> Path | None:
     """The predictor's network config for this machine from this invocation's 2-worker
     all-reduce records (predict.network.commbench_network), if they include any."""
-    from ddlbench.predict import auto, network
+    from ddlbench.predict import network
 
     if name == "none" or not any(r.get("workers") == 2 and r.get("collective") == "all_reduce" for r in rows):
         return None
-    name = name or auto.local_network_name()
+    name = name or network.local_network_name()
     try:
         spec = network.commbench_network(rows, name, f"{how}, {data_path} at {record.now_iso()}",
                                          shared_cores=shared_cores)

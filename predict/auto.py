@@ -30,10 +30,8 @@ from pathlib import Path
 from ddlbench.config import default_backend, default_device, threads_for
 
 from . import cli, network, simulate
-from .network import local_network_name
 
 CLUSTERS = ("local", "emulated", "slurm")
-DEFAULT_LOCAL_NETWORK = "loopback"
 
 
 def network_for(cluster: str, link: str | None = None, override: str | None = None,
@@ -54,8 +52,7 @@ def network_for(cluster: str, link: str | None = None, override: str | None = No
             raise ValueError("CLUSTER=emulated needs LINK (e.g. 1gbit, 10gbit); accepted: a conf/network/emulated-<LINK>")
         return f"emulated-{link}"
     if cluster == "local":
-        mine = local_network_name()
-        return mine if written(mine) else DEFAULT_LOCAL_NETWORK
+        return network.this_machine(directory or network.conf_dir())
     raise ValueError(f"CLUSTER={cluster!r} has no default network; accepted: NETWORK=<a conf/network config>")
 
 

@@ -44,6 +44,9 @@ class Prediction:
                "stack": opts.stack, "algorithm": opts.algorithm, "bytescheduler_ps": opts.bytescheduler_ps,
                "bytescheduler_unit_s": opts.bytescheduler_unit_s,
                "network_sources": cluster.sources, "git_commit": git_commit(), "predicted_at": now_iso()}
+        cfg = simulate.method_config(self.method, opts.bytescheduler_ps)
+        if cfg["architecture"] == "ps":
+            rec["ps_topology"] = "per-gpu" if simulate.per_gpu(cfg, opts) else "per-machine"
         if self.explanation:
             rec["dominant"] = self.explanation["dominant"]
             rec["shares_s"] = self.explanation["shares_s"]
@@ -177,6 +180,9 @@ def main(argv=None) -> int:
     ap.add_argument("--bytescheduler-unit-ms", type=float, default=0.0,
                     help="with --stack ddlbench: ByteScheduler's own machinery per unit, from a one-worker run of "
                          "the method (benchmarks/predict_validation.py prints it; 0: not modelled)")
+    ap.add_argument("--ps-topology", default=None, choices=simulate.PS_TOPOLOGIES,
+                    help="PS methods: per-machine (BytePS, the study; the default) or per-gpu (every worker pushes, "
+                         "no node stage: this runtime's method.ps_topology=per-gpu; with --stack ddlbench)")
     ap.add_argument("--results", default="results", help=f"appends to RESULTS/{DEFAULT_FILE}")
     ap.add_argument("--no-record", action="store_true", help="print only")
     a = ap.parse_args(argv)
@@ -190,7 +196,8 @@ def main(argv=None) -> int:
         if not a.bytescheduler_unit_ms >= 0 or (a.bytescheduler_unit_ms and a.stack != "ddlbench"):
             raise ValueError(f"--bytescheduler-unit-ms={a.bytescheduler_unit_ms!r} with --stack {a.stack} is invalid; "
                              f"accepted: >= 0, and 0 but with --stack ddlbench (this runtime's machinery)")
-        opts = replace(study_opts(a.profile, a.stack, a.algorithm), bytescheduler_unit_s=a.bytescheduler_unit_ms / 1e3)
+        opts = replace(study_opts(a.profile, a.stack, a.algorithm), bytescheduler_unit_s=a.bytescheduler_unit_ms / 1e3,
+                       ps_topology=a.ps_topology)
         net = network.with_intra(network.load(a.network), a.intra) if a.intra else a.network
         batch = a.local_batch or model_batch(a.model)
         prof = load_profile(a.model, batch, a.one_worker, a.profile_from, a.device)

@@ -324,11 +324,14 @@ def emulated_hosts(cluster: Cluster, workers_per_host: int, intra_link: str | No
     return with_nodes(cluster, workers_per_host, link, source)
 
 
+DEFAULT_LOCAL_NETWORK = "loopback"
+
+
 def this_machine(directory: Path) -> str:
     """The network config of this machine's own links: `local-<hostname>` where make commbench
     wrote it, else `loopback` (this project's development host)."""
     mine = local_network_name()
-    return mine if (directory / f"{mine}.yaml").exists() else "loopback"
+    return mine if (directory / f"{mine}.yaml").exists() else DEFAULT_LOCAL_NETWORK
 
 
 def tc_rate_bps(text: str, what: str = "link") -> float | None:

@@ -16,11 +16,11 @@ def toy_profile(model="tiny-resnet", batch=4):
 
 
 def test_network_for_each_cluster(tmp_path, monkeypatch):
-    assert auto.local_network_name("Node_7.example.org") == "local-node_7"
+    assert network.local_network_name("Node_7.example.org") == "local-node_7"
     assert auto.network_for("local", None, "100gbib") == "100gbib"  # NETWORK= overrides
     assert auto.network_for("emulated", "1gbit") == "emulated-1gbit"
-    monkeypatch.setattr(auto, "local_network_name", lambda: "local-box")
-    assert auto.network_for("local", directory=tmp_path) == auto.DEFAULT_LOCAL_NETWORK
+    monkeypatch.setattr(network, "local_network_name", lambda: "local-box")
+    assert auto.network_for("local", directory=tmp_path) == network.DEFAULT_LOCAL_NETWORK
     (tmp_path / "local-box.yaml").write_text("name: local-box\n")
     assert auto.network_for("local", directory=tmp_path) == "local-box"  # commbench's, once written
     with pytest.raises(ValueError, match="needs LINK"):
@@ -130,6 +130,19 @@ def test_commbench_fit_writes_a_network_the_predictor_loads(tmp_path):
     # per call: a stream of all-reduces pays the tail the median leaves out)
     assert c.allreduce_s(1 << 20, 2, "ring") == pytest.approx(1e-4 + 2e-9 * (1 << 20))
     assert c.gpus_per_node == 1 and c.nodes(4) == (4, 1)
+
+
+def test_commbench_writes_this_machines_network_under_its_own_name(tmp_path, monkeypatch, capsys):
+    # make commbench without --network-name: conf/network/local-<hostname>.yaml, which
+    # CLUSTER=local then reads (network.this_machine)
+    from ddlbench.commbench.cli import write_network
+
+    monkeypatch.setattr(network, "conf_dir", lambda: tmp_path)
+    monkeypatch.setattr(network, "local_network_name", lambda: "local-box")
+    assert write_network(commbench_rows(), None, tmp_path) == tmp_path / "local-box.yaml"
+    assert "(NETWORK=local-box)" in capsys.readouterr().out
+    assert network.this_machine(tmp_path) == "local-box" and auto.network_for("local", directory=tmp_path) == "local-box"
+    assert write_network(commbench_rows(), "none", tmp_path) is None
 
 
 def test_commbench_ps_rounds_fit_the_simulators_ps_link(tmp_path):

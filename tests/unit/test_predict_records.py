@@ -90,6 +90,24 @@ def test_make_predict_contract(tmp_path, monkeypatch, capsys):
     assert {json.loads(x)["algorithm"] for x in (tmp_path / "d" / cli.DEFAULT_FILE).read_text().splitlines()} == {"nccl"}
 
 
+def test_make_predict_models_per_gpu_ps_on_this_runtime(tmp_path, capsys):
+    """PS_TOPOLOGY=per-gpu STACK=ddlbench: every worker pushes (4 a node on 100gbib), so PS
+    methods carry 4x a machine's bytes and are predicted slower; the records say which ran;
+    all-reduce methods are untouched and carry no topology."""
+    def run(*extra):
+        d = tmp_path / "-".join(extra or ("default",))
+        assert cli.main(["--model", "resnet50", "--workers", "8", "--stack", "ddlbench", "--results", str(d),
+                         *extra]) == 0
+        return {r["method"]: r for r in map(json.loads, (d / cli.DEFAULT_FILE).read_text().splitlines())}
+    machine, gpu = run(), run("--ps-topology", "per-gpu")
+    assert machine["bsp-ps"]["ps_topology"] == "per-machine" and gpu["bsp-ps"]["ps_topology"] == "per-gpu"
+    assert gpu["bsp-ps"]["samples_per_sec"] < machine["bsp-ps"]["samples_per_sec"]
+    assert "ps_topology" not in gpu["bsp-a2a"] and gpu["bsp-a2a"]["samples_per_sec"] == machine["bsp-a2a"]["samples_per_sec"]
+    capsys.readouterr()
+    assert cli.main(["--ps-topology", "per-gpu", "--results", str(tmp_path)]) == 2  # the study's BytePS: per machine
+    assert "accepted: per-machine, or per-gpu with stack ddlbench" in capsys.readouterr().err
+
+
 def test_bad_inputs_are_one_line(tmp_path, capsys):
     assert cli.main(["--network", "nonesuch", "--results", str(tmp_path)]) == 2
     assert "accepted:" in capsys.readouterr().err
