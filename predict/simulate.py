@@ -79,10 +79,11 @@ timeit over 400 partitions), so the queue's own cost is left out.
 
 Measured, not modelled yet (each alone moves other methods the wrong way):
 - Gloo's process group runs async collectives on two worker threads (ProcessGroupGloo's
-  default), so back-to-back all-reduces overlap: here a train of per-tensor all-reduces
-  (commbench's fusion mode) took 0.61-0.67 of the serial sum at 2 workers, and 0.78-0.88 at 4
-  workers on 2 cores (30 async calls against 30 blocking ones). The model runs them one at a
-  time: WFBP-A2A at 2 local workers is 33-42% below the runs. Discounting queued all-reduces to
+  default), so back-to-back all-reduces overlap: here commbench's fusion mode (ResNet-50's and
+  BERT-Base's tensors, one all-reduce each, all launched, then all waited) took 0.61-0.67 of
+  what the config's fit gives them one at a time, at 2 workers; 30 async calls against 30
+  blocking ones took 0.53-0.72 as long at 2 workers and 0.78-0.88 at 4 on 2 cores. The model
+  runs them one at a time: WFBP-A2A at 2 local workers is 33-42% below the runs. Discounting queued all-reduces to
   0.64 brings it to -14 / -1%, but puts ByteScheduler-A2A from +16 / +43% to +70 / +109%;
 - this runtime's ByteScheduler dispatch: at 2 local workers its launches came 1.2 ms apart (the
   leader sends each choice to its followers over the control group, then launches), which the
