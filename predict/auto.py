@@ -104,8 +104,8 @@ def run_local_batch(model: str, run_profile: str) -> int:
     return int(batch) if batch else cli.model_batch(model)
 
 
-def resolve(model: str, workers: int, local_batch: int, net: "str | network.Cluster", profile_from: str, device: str = "cpu",
-            run_profile: str = "local", stack: str = "ddlbench", methods=simulate.METHODS, prof=None,
+def resolve(model: str, workers: int, local_batch: int, net: "str | network.Cluster", profile_from: str,
+            device: str = "cpu", run_profile: str = "local", stack: str = "ddlbench", methods=simulate.METHODS, prof=None,
             threads: int | None = None, sharers: int = 1, one_worker: float | None = None) -> dict:
     """{method, samples_per_sec, network, dominant, predicted}: the fastest predicted method and
     every method's prediction (a measured CPU profile at `threads`, each worker's share, beside

@@ -83,8 +83,9 @@ Measured, not modelled yet (each alone moves other methods the wrong way):
   BERT-Base's tensors, one all-reduce each, all launched, then all waited) took 0.61-0.67 of
   what the config's fit gives them one at a time, at 2 workers; 30 async calls against 30
   blocking ones took 0.53-0.72 as long at 2 workers and 0.78-0.88 at 4 on 2 cores. The model
-  runs them one at a time: WFBP-A2A at 2 local workers is 33-42% below the runs. Discounting queued all-reduces to
-  0.64 brings it to -14 / -1%, but puts ByteScheduler-A2A from +16 / +43% to +70 / +109%;
+  runs them one at a time: WFBP-A2A at 2 local workers is 33-42% below the runs. Discounting
+  queued all-reduces to 0.64 brings it to -14 / -1%, but puts ByteScheduler-A2A from +16 / +43%
+  to +70 / +109%;
 - this runtime's ByteScheduler dispatch: at 2 local workers its launches came 1.2 ms apart (the
   leader sends each choice to its followers over the control group, then launches), which the
   one-worker calibration (no followers) does not see; the two belong together.
