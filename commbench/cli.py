@@ -306,18 +306,27 @@ def main(argv=None) -> int:
     spec = {"collectives": a.collectives, "dtypes": a.dtypes, "min_bytes": a.min_bytes, "max_bytes": a.max_bytes,
             "factor": a.factor, "iters": a.iters, "warmup": a.warmup, "group_bytes": a.group_bytes,
             "fusion_models": a.fusion_models.split(","), "fusion_iters": a.fusion_iters, "fusion_warmup": 2}
+    from ddlbench.commbench.slurm import StillRunning
+
     t0 = time.monotonic()
+    still_running = None
     try:
         with _hosts(a) as cluster:
             new = _measure_all(a, spec, base, cluster)
     except BadInput as exc:
         print(f"commbench: error: {exc}", file=sys.stderr)
         return 2
+    except StillRunning as exc:
+        new, still_running = exc.rows, exc
     from ddlbench.commbench import report
 
     print(report.render(new))
     print(report.plots(new, Path(a.results) / "commbench"))
     print(f"\n{len(new)} records written under {out_dir} in {time.monotonic() - t0:.0f} s")
+    if still_running is not None:  # a network fitted from part of the sweep would pass for the whole
+        print(f"commbench: no network config written: {still_running}; rerun make commbench once squeue "
+              f"answers", file=sys.stderr)
+        return 1
     if a.slurm:
         jobs = sorted({r["network"]["slurm_job"] for r in new if r.get("network")})
         name, how = a.network_name or f"slurm-{a.partition}", \

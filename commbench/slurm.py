@@ -111,11 +111,20 @@ def wait_for(path: Path, timeout_s: float) -> bool:
     return True
 
 
+class StillRunning(Exception):
+    """squeue could not be read while following the job: it may still be measuring (node 0
+    records the rest as they end), so `rows`, those done so far, are not the whole sweep."""
+
+    def __init__(self, rows: list[dict], message: str):
+        super().__init__(message)
+        self.rows = rows
+
+
 def submit_and_collect(folder: Path, jobs: list[dict], partition: str, time_min: int, cuda: bool,
                        timeout_s: float, common: dict, sbatch: dict | None = None) -> list[dict]:
     """Submit the one job, follow it until it leaves the queue, and return the rows node 0 wrote;
     a measurement the job never finished gets an error record here, saying why. Where squeue
-    cannot be read, the job goes on and node 0 records the rest: the rows so far are returned."""
+    cannot be read, the job goes on and node 0 records the rest: StillRunning with the rows so far."""
     from submitit.core.utils import FailedJobError
 
     from ddlbench.commbench.cli import BadInput, keep
@@ -134,9 +143,11 @@ def submit_and_collect(folder: Path, jobs: list[dict], partition: str, time_min:
     try:
         follow(job.job_id, "[commbench]")
     except QueueUnreadable as exc:
-        print(f"[commbench] stopped following Slurm job {job.job_id}: {exc}; node 0 records the rest as they end "
-              f"(folder {folder})", flush=True)
-        return [r for k in range(len(jobs)) for r in done_rows(folder, k) or []]
+        done = [d for d in (done_rows(folder, k) for k in range(len(jobs))) if d is not None]
+        raise StillRunning([r for d in done for r in d],
+                           f"stopped following Slurm job {job.job_id} with {len(done)} of {len(jobs)} measurements "
+                           f"done: {exc}; node 0 records the rest under {common['results']} as they end (folder "
+                           f"{folder})") from None
     except KeyboardInterrupt:
         why = f"interrupted (Ctrl-C); Slurm job {job.job_id} cancelled"
     rows = []

@@ -132,3 +132,59 @@ def test_make_commbench_on_slurm_passes_the_partition():
                           "SBATCH=account=p qos=q", "-o", ".venv/.installed"], cwd=REPO, capture_output=True, text=True,
                          timeout=60)
     assert "--time-min 5 --sbatch account=p --sbatch qos=q" in " ".join(out.stdout.split())
+
+
+def test_slurm_sweep_whose_queue_cannot_be_read_returns_what_is_done_so_far(tmp_path, monkeypatch):
+    """squeue failing while the job runs: the measurements node 0 finished come back, with why the
+    rest may still come (StillRunning), not as if they were the whole sweep."""
+    import json
+    import types
+
+    from ddlbench.commbench import slurm
+    from ddlbench.launch import slurm as launch_slurm
+
+    class Executor:
+        def submit(self, *args):
+            return types.SimpleNamespace(job_id="77")
+
+    def follow(job_id, prefix):
+        raise launch_slurm.QueueUnreadable("squeue -j 77 failed 5 times (Socket timed out)")
+
+    monkeypatch.setattr(slurm, "executor", lambda *a, **k: Executor())
+    monkeypatch.setattr(launch_slurm, "follow", follow)
+    done = [{"mode": "sizes", "workers": 2, "bytes": 4, "time_us": 9.0}]
+    slurm.done_path(tmp_path, 0).write_text(json.dumps({"rc": 0, "rows": done}))
+    jobs = [{"procs": 2}, {"procs": 3}]
+    with pytest.raises(slurm.StillRunning, match=r"Slurm job 77 with 1 of 2 measurements done: squeue .*Socket timed "
+                                                 r"out\); node 0 records the rest") as info:
+        slurm.submit_and_collect(tmp_path, jobs, "p", 5, False, 60, {"results": str(tmp_path), "base": {}})
+    assert info.value.rows == done
+
+
+def test_commbench_writes_no_network_from_a_sweep_still_running(tmp_path, monkeypatch, capsys):
+    """The rows of a Slurm sweep whose queue could not be read are reported, but no network config
+    is fitted from them (it would pass for the whole sweep), and the exit is not 0."""
+    from ddlbench.commbench import cli, slurm
+    from ddlbench.predict import network
+
+    rows = [{"mode": "sizes", "collective": "all_reduce", "dtype": "fp32", "device": "cpu", "workers": 2,
+             "backend": "gloo", "bytes": n, "time_us": 100.0 + n / 1e3, "time_us_p50": 100.0 + n / 1e3, "time_us_min": 99.0,
+             "time_us_max": 120.0 + n / 1e3, "iters": 10, "algbw_GBps": 1.0, "busbw_GBps": 1.0,
+             "wrong": 0} for n in (1024, 1 << 20)]
+
+    def measure(*args):
+        raise slurm.StillRunning(rows, "stopped following Slurm job 77 with 1 of 2 measurements done: squeue failed")
+
+    def written(*args, **kwargs):
+        raise AssertionError("a network config was written")
+
+    monkeypatch.setattr(cli, "_measure_all", measure)
+    monkeypatch.setattr(network, "write_config", written)
+    rc = cli.main(["--workers", "2", "--backends", "gloo", "--results", str(tmp_path), "--network-name", "x"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert ("commbench: no network config written: stopped following Slurm job 77 with 1 of 2 measurements done: "
+            "squeue failed; rerun make commbench once squeue answers") in err
+    monkeypatch.setattr(cli, "_measure_all", lambda *args: rows)  # the same rows, the sweep whole: fitted
+    with pytest.raises(AssertionError, match="a network config was written"):
+        cli.main(["--workers", "2", "--backends", "gloo", "--results", str(tmp_path), "--network-name", "x"])
