@@ -84,16 +84,23 @@ PROFILE_FROM ?=
 auto_args = --model $(MODEL) --profile $(PROFILE) --cluster $(CLUSTER) $(if $(LINK),--link $(LINK)) $(if $(PARTITION),--partition $(PARTITION)) \
 	$(if $(GPUS_PER_NODE),--workers-per-node $(GPUS_PER_NODE)) $(if $(INTRA_LINK),--intra-link $(INTRA_LINK)) $(if $(INTRA),--intra $(INTRA)) \
 	$(if $(ONE_WORKER),--one-worker $(ONE_WORKER)) \
-	$(if $(filter command line environment,$(origin NETWORK)),--network $(NETWORK)) $(if $(PROFILE_FROM),--profile-from $(PROFILE_FROM))
+	$(if $(filter command line environment,$(origin NETWORK)),--network $(NETWORK)) $(if $(PROFILE_FROM),--profile-from $(PROFILE_FROM)) \
+	$(if $(PS_TOPOLOGY),--ps-topology $(PS_TOPOLOGY))
+# PS_TOPOLOGY=per-gpu: the PS methods run with method.ps_topology=per-gpu (every worker pushes); with
+# METHOD=auto it is predicted so, and passed on if a PS method wins.
+not_ps := $(filter-out %-ps,$(subst $(comma), ,$(methods)))
 reproduce: install
 	@status=0; \
 	if [ "$(METHOD)" = auto ]; then \
 		for w in $(subst $(comma), ,$(WORKERS)); do \
 			choice=$$($(PY) -m ddlbench.predict.auto $(auto_args) --workers $$w) || exit 2; \
-			$(PY) -m ddlbench $${choice%% *} "$${choice#* }" workers=$$w $(run_args) || status=$$?; \
+			$(PY) -m ddlbench $${choice% *} "$${choice##* }" workers=$$w $(run_args) || status=$$?; \
 		done; \
+	elif [ -n "$(PS_TOPOLOGY)" ] && [ -n "$(not_ps)" ]; then \
+		echo "reproduce: error: PS_TOPOLOGY=$(PS_TOPOLOGY) with METHOD=$(METHOD), whose $(not_ps) are not PS methods; accepted: METHOD=auto or PS methods only (bsp-ps, wfbp-ps, bytescheduler-ps)" >&2; exit 2; \
 	else \
-		$(PY) -m ddlbench --multirun method=$(methods) workers=$(WORKERS) $(run_args) || status=$$?; \
+		$(PY) -m ddlbench --multirun method=$(methods) workers=$(WORKERS) $(run_args) \
+			$(if $(PS_TOPOLOGY),method.ps_topology=$(PS_TOPOLOGY)) || status=$$?; \
 	fi; \
 	if [ $$status -eq 2 ]; then exit 2; fi; \
 	$(PY) -m ddlbench method=bsp-a2a workers=1 skip_recorded=true $(run_args) || status=$$?; \

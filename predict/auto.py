@@ -4,8 +4,10 @@
         [--link 1gbit] [--network NAME] [--profile-from measured|derived] [--device cpu]
 
 prints on stderr the choice and why (every method's predicted samples/s, what dominates), and
-on stdout two Hydra overrides for the run: `method=<name>` and `prediction={...}`, which the run
-record keeps as `prediction: {method, samples_per_sec, network, dominant}` beside the measurement.
+on stdout the Hydra overrides for the run: `method=<name>`, then `prediction={...}` last, which the
+run record keeps as `prediction: {method, samples_per_sec, network, dominant}` beside the
+measurement. `--ps-topology per-gpu` (PS_TOPOLOGY) predicts the PS methods with every worker
+pushing, and adds `method.ps_topology=per-gpu` between the two when a PS method wins.
 
 Which network (`network_for`): NETWORK=... if given; CLUSTER=emulated: `emulated-<LINK>`;
 CLUSTER=slurm: `slurm-<PARTITION>`, written by `make commbench CLUSTER=slurm PARTITION=...`
@@ -106,17 +108,22 @@ def run_local_batch(model: str, run_profile: str) -> int:
 
 def resolve(model: str, workers: int, local_batch: int, net: "str | network.Cluster", profile_from: str,
             device: str = "cpu", run_profile: str = "local", stack: str = "ddlbench", methods=simulate.METHODS, prof=None,
-            threads: int | None = None, sharers: int = 1, one_worker: float | None = None) -> dict:
-    """{method, samples_per_sec, network, dominant, predicted}: the fastest predicted method and
-    every method's prediction (a measured CPU profile at `threads`, each worker's share, beside
-    `sharers - 1` other workers on this machine's cores)."""
-    opts = cli.study_opts(run_profile, stack=stack, backend=default_backend(device))
+            threads: int | None = None, sharers: int = 1, one_worker: float | None = None,
+            ps_topology: str | None = None) -> dict:
+    """{method, samples_per_sec, network, dominant, predicted, overrides}: the fastest predicted
+    method, every method's prediction (a measured CPU profile at `threads`, each worker's share,
+    beside `sharers - 1` other workers on this machine's cores; PS methods in `ps_topology`, by
+    default their configs'), and the overrides that run the winner as it was predicted."""
+    opts = replace(cli.study_opts(run_profile, stack=stack, backend=default_backend(device)), ps_topology=ps_topology)
     prof = prof or cli.load_profile(model, local_batch, one_worker, profile_from, device, threads, sharers)
     preds, prof, cluster = cli.predict(model, [workers], net, methods, local_batch, None, opts, explain=workers > 1,
                                        prof=prof)
     best = cli.fastest(preds, workers)
     p = preds[(best, workers)]
-    return {"method": best, "samples_per_sec": round(p.samples_per_sec, 3), "network": cluster.name,
+    overrides = [f"method={best}"]
+    if ps_topology and simulate.method_config(best)["architecture"] == "ps":
+        overrides.append(f"method.ps_topology={ps_topology}")
+    return {"method": best, "overrides": overrides, "samples_per_sec": round(p.samples_per_sec, 3), "network": cluster.name,
             "dominant": p.explanation["dominant"] if p.explanation else "compute",
             "profile_source": prof.source,
             "predicted": {m: round(q.samples_per_sec, 3) for (m, _), q in preds.items()}}
@@ -150,6 +157,9 @@ def main(argv=None) -> int:
     ap.add_argument("--intra-link", default=None, help="CLUSTER=emulated: the hosts' loopback rate (INTRA_LINK)")
     ap.add_argument("--intra", default=None,
                     help="CLUSTER=slurm: the node config (conf/network, e.g. pcie3x16) whose link joins a node's GPUs")
+    ap.add_argument("--ps-topology", default=None, choices=simulate.PS_TOPOLOGIES,
+                    help="PS methods: per-machine (their configs' default) or per-gpu (every worker pushes); "
+                         "the run of a PS winner gets method.ps_topology")
     a = ap.parse_args(argv)
     try:
         net = network_for(a.cluster, a.link, a.network, partition=a.partition)
@@ -169,7 +179,7 @@ def main(argv=None) -> int:
         net = placed(a.cluster, network.load(net), a.workers, a.workers_per_node, a.intra_link, a.intra)
         choice = resolve(a.model, a.workers, batch, net, source, device, a.profile,
                          stack="study" if a.cluster == "slurm" and a.profile == "study" else "ddlbench", threads=threads,
-                         sharers=sharers, one_worker=a.one_worker)
+                         sharers=sharers, one_worker=a.one_worker, ps_topology=a.ps_topology)
     except (ValueError, RuntimeError) as exc:  # RuntimeError: the profile's neighbour workers failed
         print(f"auto: error: {exc}", file=sys.stderr)
         return 2
@@ -177,7 +187,7 @@ def main(argv=None) -> int:
     print(f"METHOD=auto: {choice['method']} is predicted fastest for {a.model} x{a.workers} (local batch {batch}) on "
           f"network {choice['network']} ({choice['dominant']} dominates); profile: {choice['profile_source']}.\n"
           f"  predicted samples/s: " + ", ".join(f"{m} {v:.1f}" for m, v in ranked), file=sys.stderr)
-    print(f"method={choice['method']} {hydra_prediction(choice)}")
+    print(" ".join(choice["overrides"] + [hydra_prediction(choice)]))
     return 0
 
 

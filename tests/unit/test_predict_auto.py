@@ -47,6 +47,59 @@ def test_auto_picks_the_predicted_fastest_and_says_so():
     assert " " not in override and override.startswith("prediction={method:'")
 
 
+def test_auto_with_per_gpu_ps_predicts_it_and_runs_a_ps_winner_so(monkeypatch, capsys):
+    """PS_TOPOLOGY=per-gpu: the PS methods are predicted with every worker pushing, and a PS winner
+    runs with method.ps_topology=per-gpu (an all-reduce winner has no such setting)."""
+    two_nodes = network.with_nodes(Cluster("two", intra=None, inter=Link(1e-3, 8e-9), gpus_per_node=1), 2,
+                                   Link(1e-5, 1e-10), "test")
+    prof = toy_profile()
+    machine = auto.resolve("tiny-resnet", 4, 4, two_nodes, "derived", prof=prof, methods=("bsp-ps", "bsp-a2a"))
+    gpu = auto.resolve("tiny-resnet", 4, 4, two_nodes, "derived", prof=prof, methods=("bsp-ps", "bsp-a2a"),
+                       ps_topology="per-gpu")
+    assert gpu["predicted"]["bsp-ps"] < machine["predicted"]["bsp-ps"]  # 4 pushers on 2 machines' links, not 2
+    assert gpu["predicted"]["bsp-a2a"] == machine["predicted"]["bsp-a2a"]
+    assert auto.resolve("tiny-resnet", 4, 4, two_nodes, "derived", prof=prof, methods=("bsp-ps",),
+                        ps_topology="per-gpu")["overrides"] == ["method=bsp-ps", "method.ps_topology=per-gpu"]
+    assert auto.resolve("tiny-resnet", 4, 4, two_nodes, "derived", prof=prof, methods=("bsp-a2a",),
+                        ps_topology="per-gpu")["overrides"] == ["method=bsp-a2a"]
+    assert machine["overrides"] == [f"method={machine['method']}"]
+    # the command line: the overrides, the prediction last (make reproduce splits at its last space)
+    seen, real = {}, auto.resolve
+
+    def resolve(*a, **k):
+        seen.update(k)
+        return {**real("tiny-resnet", 4, 4, two_nodes, "derived", prof=prof, methods=("bsp-ps",),
+                               ps_topology=k["ps_topology"]), "profile_source": "test"}
+    monkeypatch.setattr(auto, "resolve", resolve)
+    assert auto.main(["--model", "tiny-resnet", "--workers", "4", "--network", "loopback", "--ps-topology", "per-gpu"]) == 0
+    words = capsys.readouterr().out.split()
+    assert seen["ps_topology"] == "per-gpu"
+    assert words[:2] == ["method=bsp-ps", "method.ps_topology=per-gpu"] and words[2].startswith("prediction={")
+    with pytest.raises(SystemExit):
+        auto.main(["--model", "tiny-resnet", "--workers", "4", "--ps-topology", "per-node"])
+    assert "invalid choice: 'per-node'" in capsys.readouterr().err
+
+
+def test_make_reproduce_passes_the_ps_topology_to_ps_methods_only():
+    import subprocess
+
+    from helpers import REPO
+
+    def make(*args):
+        return subprocess.run(["make", "-n", "reproduce", *args, "-o", ".venv/.installed"], cwd=REPO,
+                              capture_output=True, text=True, timeout=60)
+    out = make("METHOD=auto", "PS_TOPOLOGY=per-gpu")
+    assert out.returncode == 0 and "--ps-topology per-gpu" in out.stdout and '"${choice##* }"' in out.stdout
+    assert "--ps-topology" not in make("METHOD=auto").stdout
+    out = make("METHOD=bsp-ps,wfbp-ps", "PS_TOPOLOGY=per-gpu")
+    assert "method=bsp-ps,wfbp-ps" in out.stdout and "method.ps_topology=per-gpu" in out.stdout
+    out = subprocess.run(["make", "reproduce", "METHOD=all", "PS_TOPOLOGY=per-gpu", "-o", ".venv/.installed"], cwd=REPO,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2
+    assert ("reproduce: error: PS_TOPOLOGY=per-gpu with METHOD=all, whose bsp-a2a wfbp-a2a mg-wfbp bytescheduler-a2a "
+            "ddp are not PS methods; accepted: METHOD=auto or PS methods only") in out.stderr
+
+
 def test_auto_on_a_local_cluster_predicts_one_machine_of_the_runs_workers(monkeypatch, capsys):
     # the local launchers run every worker (and one PS server) on this machine; NETWORK= asks
     # for that network's own shape instead
@@ -55,8 +108,8 @@ def test_auto_on_a_local_cluster_predicts_one_machine_of_the_runs_workers(monkey
     def resolve(model, workers, batch, net, *a, **k):
         seen.append(net)
         given.append(k.get("one_worker"))
-        return {"method": "bsp-a2a", "samples_per_sec": 1.0, "network": "x", "dominant": "compute",
-                "profile_source": "test", "predicted": {"bsp-a2a": 1.0}}
+        return {"method": "bsp-a2a", "overrides": ["method=bsp-a2a"], "samples_per_sec": 1.0, "network": "x",
+                "dominant": "compute", "profile_source": "test", "predicted": {"bsp-a2a": 1.0}}
     monkeypatch.setattr(auto, "resolve", resolve)
     monkeypatch.setattr(auto, "network_for", lambda cluster, link=None, override=None, **k: "loopback")
     assert auto.main(["--model", "tiny-resnet", "--workers", "4", "--cluster", "local"]) == 0
@@ -282,7 +335,7 @@ def test_measured_profile_of_a_worker_sharing_the_machine(tmp_path, monkeypatch)
     # auto on the local and emulated clusters asks for the run's workers as sharers; not on Slurm
     seen = {}
     monkeypatch.setattr(auto, "resolve", lambda *a, **k: seen.update(k) or {
-        "method": "ddp", "samples_per_sec": 1.0, "network": "loopback", "dominant": "compute",
+        "method": "ddp", "overrides": ["method=ddp"], "samples_per_sec": 1.0, "network": "loopback", "dominant": "compute",
         "profile_source": "x", "predicted": {"ddp": 1.0}})
     assert auto.main(["--model", "tiny-resnet", "--workers", "3", "--cluster", "local", "--network", "loopback"]) == 0
     assert seen["sharers"] == 3
@@ -309,7 +362,7 @@ def test_each_stack_and_backend_times_the_all_reduce_its_library_runs(monkeypatc
     # (the Makefile passes no --device; auto took cpu, hence Gloo's ring, for a GPU run)
     seen = {}
     monkeypatch.setattr(auto, "resolve", lambda *a, **k: seen.update(device=a[5]) or {
-        "method": "ddp", "samples_per_sec": 1.0, "network": "100gbib", "dominant": "compute",
+        "method": "ddp", "overrides": ["method=ddp"], "samples_per_sec": 1.0, "network": "100gbib", "dominant": "compute",
         "profile_source": "x", "predicted": {"ddp": 1.0}})
     assert auto.main(["--model", "resnet50", "--workers", "8", "--cluster", "slurm", "--network", "100gbib"]) == 0
     assert seen["device"] == "cuda"
