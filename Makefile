@@ -89,6 +89,7 @@ auto_args = --model $(MODEL) --profile $(PROFILE) --cluster $(CLUSTER) $(if $(LI
 # PS_TOPOLOGY=per-gpu: the PS methods run with method.ps_topology=per-gpu (every worker pushes); with
 # METHOD=auto it is predicted so, and passed on if a PS method wins.
 not_ps := $(filter-out %-ps,$(subst $(comma), ,$(methods)))
+ps_methods := $(filter %-ps,$(subst $(comma), ,$(ALL_METHODS)))
 reproduce: install
 	@status=0; \
 	if [ "$(METHOD)" = auto ]; then \
@@ -97,7 +98,7 @@ reproduce: install
 			$(PY) -m ddlbench $${choice% *} "$${choice##* }" workers=$$w $(run_args) || status=$$?; \
 		done; \
 	elif [ -n "$(PS_TOPOLOGY)" ] && [ -n "$(not_ps)" ]; then \
-		echo "reproduce: error: PS_TOPOLOGY=$(PS_TOPOLOGY) with METHOD=$(METHOD), whose $(not_ps) are not PS methods; accepted: METHOD=auto or PS methods only (bsp-ps, wfbp-ps, bytescheduler-ps)" >&2; exit 2; \
+		echo "reproduce: error: PS_TOPOLOGY=$(PS_TOPOLOGY) with METHOD=$(METHOD), whose $(not_ps) are not PS methods; accepted: METHOD=auto or PS methods only ($(ps_methods))" >&2; exit 2; \
 	else \
 		$(PY) -m ddlbench --multirun method=$(methods) workers=$(WORKERS) $(run_args) \
 			$(if $(PS_TOPOLOGY),method.ps_topology=$(PS_TOPOLOGY)) || status=$$?; \

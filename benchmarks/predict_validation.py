@@ -188,9 +188,8 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
         x1 = one_worker_samples_per_sec(base[key])
         by_itself = profile.measured(r["model"], r["local_batch"], "cpu", threads=run_threads(base[key][0]))
         beside = profile.measured(r["model"], r["local_batch"], "cpu", threads=run_threads(r), sharers=r["workers"])
-        stack_opts = replace(cli.study_opts((r.get("config") or {}).get("profile", {}).get("name", "local"),
-                                            stack="ddlbench", backend=r.get("backend")),
-                             ps_topology=record_ps_topology(r))
+        stack_opts = cli.study_opts((r.get("config") or {}).get("profile", {}).get("name", "local"), stack="ddlbench",
+                                    backend=r.get("backend"), ps_topology=record_ps_topology(r))
         cfg = simulate.method_config(r["method"], stack_opts.bytescheduler_ps)
         placed = record_cluster(r, net)  # the network in the run's shape
         mine = own.get((*key, r["method"], one_worker_link(r["method"], net)))  # its one-worker runs

@@ -114,7 +114,7 @@ def resolve(model: str, workers: int, local_batch: int, net: "str | network.Clus
     method, every method's prediction (a measured CPU profile at `threads`, each worker's share,
     beside `sharers - 1` other workers on this machine's cores; PS methods in `ps_topology`, by
     default their configs'), and the overrides that run the winner as it was predicted."""
-    opts = replace(cli.study_opts(run_profile, stack=stack, backend=default_backend(device)), ps_topology=ps_topology)
+    opts = cli.study_opts(run_profile, stack=stack, backend=default_backend(device), ps_topology=ps_topology)
     prof = prof or cli.load_profile(model, local_batch, one_worker, profile_from, device, threads, sharers)
     preds, prof, cluster = cli.predict(model, [workers], net, methods, local_batch, None, opts, explain=workers > 1,
                                        prof=prof)
@@ -175,7 +175,6 @@ def main(argv=None) -> int:
         sharers = a.workers if here and device == "cpu" and source == "measured" else 1
         if a.workers_per_node is not None and a.workers_per_node < 1:
             raise ValueError(f"--workers-per-node={a.workers_per_node} is invalid; accepted: >= 1")
-
         net = placed(a.cluster, network.load(net), a.workers, a.workers_per_node, a.intra_link, a.intra)
         choice = resolve(a.model, a.workers, batch, net, source, device, a.profile,
                          stack="study" if a.cluster == "slurm" and a.profile == "study" else "ddlbench", threads=threads,

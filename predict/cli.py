@@ -65,11 +65,13 @@ def run_profile_settings(name: str) -> dict:
 
 
 def study_opts(profile_name: str = "study", stack: str = "study", algorithm: str | None = None,
-               backend: str | None = None) -> simulate.Options:
+               backend: str | None = None, ps_topology: str | None = None) -> simulate.Options:
     """Options as the named run profile would run: its ByteScheduler-PS variant; the all-reduce
-    algorithm `algorithm`, by default the one of the stack and backend (`simulate.default_algorithm`)."""
+    algorithm `algorithm`, by default the one of the stack and backend (`simulate.default_algorithm`);
+    PS methods in `ps_topology` (None: their configs')."""
     variant = run_profile_settings(profile_name).get("bytescheduler_ps", "worker")
-    return simulate.Options(stack=stack, algorithm=algorithm, backend=backend, bytescheduler_ps=variant)
+    return simulate.Options(stack=stack, algorithm=algorithm, backend=backend, bytescheduler_ps=variant,
+                            ps_topology=ps_topology)
 
 
 def model_batch(model: str) -> int:
@@ -196,8 +198,8 @@ def main(argv=None) -> int:
         if not a.bytescheduler_unit_ms >= 0 or (a.bytescheduler_unit_ms and a.stack != "ddlbench"):
             raise ValueError(f"--bytescheduler-unit-ms={a.bytescheduler_unit_ms!r} with --stack {a.stack} is invalid; "
                              f"accepted: >= 0, and 0 but with --stack ddlbench (this runtime's machinery)")
-        opts = replace(study_opts(a.profile, a.stack, a.algorithm), bytescheduler_unit_s=a.bytescheduler_unit_ms / 1e3,
-                       ps_topology=a.ps_topology)
+        opts = replace(study_opts(a.profile, a.stack, a.algorithm, ps_topology=a.ps_topology),
+                       bytescheduler_unit_s=a.bytescheduler_unit_ms / 1e3)
         net = network.with_intra(network.load(a.network), a.intra) if a.intra else a.network
         batch = a.local_batch or model_batch(a.model)
         prof = load_profile(a.model, batch, a.one_worker, a.profile_from, a.device)
