@@ -165,7 +165,8 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
     (local runs, and the emulated cluster's namespaces), so it is rescaled to the device one
     worker of the W-worker run got: by the ratio of two profiles measured now, one worker alone
     at the one-worker run's threads against one worker beside W-1 others at the W-worker run's
-    threads (profile.measured, sharers=W; no communication runs in either). ByteScheduler's own
+    threads (profile.measured, sharers=W; no communication runs in either), whose iterations'
+    spread is what the W workers wait for (`Profile.sync_factor`). ByteScheduler's own
     machinery is calibrated from the one-worker runs of that method where there are some
     (`simulate.calibrate_unit_s`), and rescaled as the compute is."""
     from ddlbench.config import compute_only_at_one_worker
@@ -201,10 +202,12 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
         unit_s = units.get(ukey, 0.0)
         ratio = by_itself.compute_s / beside.compute_s
         resolved, plan = mgwfbp_resolved(r), ""
-        for pairs, one, u in ((shared, x1 * ratio, unit_s / ratio), (alone, x1, unit_s)):
+        for pairs, one, u, spread in ((shared, x1 * ratio, unit_s / ratio, beside), (alone, x1, unit_s, by_itself)):
             opts = replace(stack_opts, bytescheduler_unit_s=u, mgwfbp_alpha_beta=resolved)
+            # the iterations' spread of the same measured profile: what W workers wait for
+            prof = replace(cli.load_profile(r["model"], r["local_batch"], one), iteration_s=spread.iteration_s)
             p, prof, cluster = cli.predict(r["model"], [r["workers"]], placed, (r["method"],), r["local_batch"], one,
-                                           opts, explain=False)
+                                           opts, explain=False, prof=prof)
             pairs[r["method"]].append((p[(r["method"], r["workers"])].samples_per_sec, r["samples_per_sec"]))
             if resolved and pairs is shared and r.get("groups"):
                 # the groups also depend on the backward times: does the run's alpha, beta give

@@ -127,8 +127,8 @@ def fastest(preds: dict, workers: int) -> str:
 
 
 def describe(explanation: dict) -> str:
-    """'compute; bandwidth 9%': what dominates, then the largest communication cost exposed, as a
-    share of the iteration."""
+    """'compute; bandwidth 9%': what dominates, then the largest other cost exposed (communication,
+    or waiting for the slowest worker), as a share of the iteration."""
     shares, period = explanation["shares_s"], explanation["period_s"]
     comm = {k: v for k, v in shares.items() if k != "compute"}
     top = max(comm, key=comm.get)
@@ -154,7 +154,7 @@ def render(preds: dict, model: str, local_batch: int, cluster: network.Cluster, 
         rows.append(row)
     head = (f"PREDICTED, not measured: {model}, local batch {local_batch}, network {cluster.name} "
             f"({cluster.description})\nsamples/s; * = fastest predicted; in brackets what dominates the iteration "
-            f"(compute, latency, bandwidth, server, cpu, scheduler)\nand the largest exposed communication cost as a share of the iteration\nprofile: {prof.source}")
+            f"(compute, latency, bandwidth, server, cpu, scheduler, stragglers)\nand the largest other cost exposed as a share of the iteration\nprofile: {prof.source}")
     return head + "\n" + markdown(["method"] + [f"{w} workers" for w in workers], rows)
 
 

@@ -23,7 +23,8 @@ Where the times come from (`source`):
 
 Assumptions: operators run one after another (one stream, no overlap of kernels); the optimizer
 step after communication costs what it cost on one worker; communication kernels do not slow
-compute down.
+compute down; W workers' iterations vary independently, each drawn from one worker's measured
+iterations (`Profile.sync_factor`; a derived profile has none, so no spread).
 
 The stated one-worker throughput of the study's models comes from the published table's
 one-worker rows only (`one_worker_samples_per_sec`): calibration never reads a multi-worker row.
@@ -33,6 +34,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import statistics
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -62,6 +64,10 @@ class Profile:
     samples_per_sec_1: float   # the one-worker throughput the profile is scaled to
     buffer_bytes: list[int] = field(default_factory=list)  # the module's buffers (BatchNorm's running
                                # statistics...), bytes per dtype: what DDP broadcasts before each forward
+    iteration_s: list[float] = field(default_factory=list)  # measured profiles: one worker's whole
+                               # iterations over the window, as measured (their mean is compute_s);
+                               # their spread is what W synchronised workers wait for (sync_factor).
+                               # Empty where it is not: the roofline's, time-sliced cores (measured)
 
     @property
     def compute_s(self) -> float:
@@ -90,9 +96,31 @@ class Profile:
             raise ValueError(f"one-worker throughput {samples_per_sec_1!r} samples/s is invalid; accepted: a finite "
                              f"number > 0")
         k = (self.local_batch / samples_per_sec_1) / self.compute_s
+        return replace(self.slower(k), source=source, samples_per_sec_1=samples_per_sec_1)
+
+    def slower(self, k: float) -> "Profile":
+        """Every time `k` times as long (the stated one-worker throughput is left as it was)."""
         return replace(self, ready_s=[t * k for t in self.ready_s], need_s=[t * k for t in self.need_s],
                        forward_s=self.forward_s * k, backward_s=self.backward_s * k,
-                       update_s=[t * k for t in self.update_s], source=source, samples_per_sec_1=samples_per_sec_1)
+                       update_s=[t * k for t in self.update_s], iteration_s=[t * k for t in self.iteration_s])
+
+    def sync_factor(self, workers: int) -> float:
+        """How much longer `workers` synchronised workers take to compute an iteration than one
+        worker on average: each iteration waits for the slowest of them (the all-reduce or the
+        servers' sum needs every worker's gradients), E[max of W independent draws] / mean over
+        this profile's measured iterations (`iteration_s`, one worker's; `expected_max`). 1 for
+        one worker, and for a profile without measured iterations (the roofline's: the study's
+        one-GPU rows give no spread)."""
+        if workers < 2 or len(self.iteration_s) < 2:
+            return 1.0
+        return expected_max(self.iteration_s, workers) / statistics.mean(self.iteration_s)
+
+
+def expected_max(samples: list[float], n: int) -> float:
+    """E[max of n independent draws from `samples`] (each equally likely), exactly: the k-th
+    smallest of m samples is the maximum with probability (k/m)^n - ((k-1)/m)^n."""
+    xs, m = sorted(samples), len(samples)
+    return sum(x * ((k / m) ** n - ((k - 1) / m) ** n) for k, x in enumerate(xs, 1))
 
 
 # -- the roofline pass on the meta device ------------------------------------------------------
@@ -205,7 +233,9 @@ def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, 
     passes after `warmup` and at least WINDOW_S seconds, scaled to the mean whole iteration over
     that window (a throughput is a mean: on a shared machine an iteration is either untouched or
     waits out others' time slices); the momentum-SGD step timed whole and shared by parameter
-    size. Its one-worker throughput is its own (batch / compute). On the CPU, `threads`: the
+    size; every iteration's wall time kept (`iteration_s`: their spread is what synchronised
+    workers wait for, `Profile.sync_factor`), but where the workers' threads outnumber the
+    cores: there one's slow iteration is another's fast one, which a synchronised run evens out. Its one-worker throughput is its own (batch / compute). On the CPU, `threads`: the
     intra-op threads one worker of the predicted run will have (the launchers share the cores
     out, config.threads_for), else this process's; `sharers`: the workers of that run on this
     machine's cores (CLUSTER=local and emulated: all of them), so `sharers - 1` other processes
@@ -233,14 +263,21 @@ def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, 
         torch.set_num_threads(threads)
     try:
         with _neighbours(model, local_batch, threads, sharers - 1) as check:
-            out, mean_s = _measure(model, local_batch, dev, iters, warmup, WINDOW_S)
+            out, whole = _measure(model, local_batch, dev, iters, warmup, WINDOW_S)
             check()
     finally:
         torch.set_num_threads(before)
     beside = f", beside {sharers - 1} more worker(s) running the same step on this machine's cores" if sharers > 1 else ""
-    out = out.scaled(local_batch / mean_s, "")
+    # More threads than cores: the workers time-slice the cores, and one's slow iteration is
+    # another's fast one; a synchronised run evens that out (a worker waiting at the barrier
+    # yields its core to the slowest), so their spread is not what it waits for.
+    from ddlbench.config import usable_cores
+
+    timesliced = dev.type == "cpu" and sharers > 1 and sharers * threads > usable_cores()
+    out = replace(out.scaled(local_batch / statistics.mean(whole), ""), iteration_s=[] if timesliced else whole)
     out.source = f"measured: one worker on {device}{f' at {threads} threads' if threads else ''}{beside}, hooks, " \
-                 f"per-layer medians scaled to the mean iteration over >= {iters} iterations and {WINDOW_S:g} s"
+                 f"per-layer medians scaled to the mean iteration over >= {iters} iterations and {WINDOW_S:g} s" + \
+                 (", more threads than cores (no spread kept)" if timesliced else "")
     if cache:
         _write_cached(path, out)
     return out
@@ -321,8 +358,8 @@ def _workload(model: str, local_batch: int, dev):
 
 
 def _measure(model: str, local_batch: int, dev, iters: int, warmup: int, min_window_s: float = 0.0):
-    """(profile of per-layer medians, mean iteration wall time) over at least `iters` iterations
-    after `warmup` and at least `min_window_s` seconds."""
+    """(profile of per-layer medians, every iteration's wall time) over at least `iters`
+    iterations after `warmup` and at least `min_window_s` seconds."""
     import statistics
     import time
 
@@ -359,7 +396,7 @@ def _measure(model: str, local_batch: int, dev, iters: int, warmup: int, min_win
                   mid([r.forward_s for r in runs]), mid([r.backward_s for r in runs]),
                   [step_s * n / total for n in first.numels], "measured", 0.0, buffer_buckets(w.model))
     out.samples_per_sec_1 = local_batch / out.compute_s
-    return out, statistics.mean(whole)
+    return out, whole
 
 
 def derived(model: str, local_batch: int, samples_per_sec_1: float, cache: bool = True) -> Profile:
@@ -377,8 +414,12 @@ def _read_cached(path: Path) -> Profile | None:
     """A cached profile, or None where there is none or it does not parse (then it is made again)."""
     try:
         fields = json.loads(path.read_text())
-        # a profile cached before its buffers were recorded is made again, not read as having none
-        return Profile(**fields) if "buffer_bytes" in fields else None
+        # a profile cached before its buffers (or, measured, its iterations) were recorded is made
+        # again, not read as having none
+        if "buffer_bytes" not in fields or (fields.get("source", "").startswith("measured")
+                                            and "iteration_s" not in fields):
+            return None
+        return Profile(**fields)
     except (OSError, ValueError, TypeError):
         return None
 

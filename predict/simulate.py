@@ -65,13 +65,19 @@ same thing at the same time, and a server receives a partition from all m machin
   `Options.bytescheduler_unit_s` per unit, serial on the update path before each parameter's
   update, calibrated from a one-worker run of the method (`calibrate_unit_s`: one worker of this
   runtime runs the whole machinery, and pushes through its servers on PS). 0 by default;
+- stragglers: every iteration of W workers waits for the slowest one's compute. Where the
+  profile was measured (`iteration_s`: one worker's iterations, on a shared machine beside the
+  run's other workers), every compute time is the profile's times `Profile.sync_factor(W)`,
+  E[max of W independent draws] / mean (on this VM's 2 cores, tiny-resnet: about 1.07 at 2
+  workers, 1.10 at 4). The roofline's profile has no spread: 1;
 - one worker: compute only, but for this runtime's PS methods (its servers) and ByteScheduler
   (its updates as gradients land, and its machinery): `config.compute_only_at_one_worker`.
 
 Not modelled: compute slowed by concurrent communication kernels or copies; the study's
 ByteScheduler machinery (its busy polling thread and the GIL, its per-parameter Python update):
 its one-GPU rows ran without ByteScheduler (off at size 1), so no one-worker run gives its cost,
-and its ByteScheduler-A2A is predicted too fast; stragglers; the servers' CPU beyond summing,
+and its ByteScheduler-A2A is predicted too fast; stragglers where the profile is the roofline's
+(no measured spread), and workers' iterations that vary together; the servers' CPU beyond summing,
 except on shared cores (above); the CPU of Gloo's all-reduces on shared cores (they are timed
 whole by commbench, but not charged to the compute they overlap). One scheduling step of our
 CreditQueue (push, pop, release) costs 0.47 us per partition on this project's CPU (measured with
@@ -253,6 +259,8 @@ class Options:
                                     # them (its record's start-up fit); None: `mgwfbp_alpha_beta()`
     ps_topology: str | None = None  # PS: per-machine or per-gpu (a run's `method.ps_topology`); None: the
                                     # method config's (per-machine, as the study ran BytePS)
+    stragglers: bool = True         # False: a what-if for `explain`: every worker computes in the mean
+                                    # time, none waits for the slowest (`Profile.sync_factor`)
 
     def __post_init__(self):
         if self.stack not in STACKS:
@@ -588,6 +596,9 @@ def simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opts
     cluster.nodes(workers)  # validates the worker count against the network
     p = plan or plan_for(method, profile, cluster, workers, opts)
     compute_s = profile.compute_s
+    wait = profile.sync_factor(workers) if opts.stragglers else 1.0
+    if wait > 1:
+        profile = profile.slower(wait)  # every step waits for the slowest worker's compute
     cpu_s = host_cpu_s(p, profile, cluster, workers, cfg, opts)
     if cpu_s:
         profile = stretched_backward(profile, cpu_s)
@@ -799,7 +810,8 @@ def explain(method: str, profile: Profile, cluster: Cluster, workers: int, opts:
     re-simulating without each cost in turn: latency (every alpha 0), bandwidth (every beta 0),
     server (servers as fast as one machine's link and summing free), cpu (PS messages free of
     the cores that workers and servers share, `Cluster.host_cpu`), scheduler (ByteScheduler's
-    own machinery free, `Options.bytescheduler_unit_s`). Each share is what the
+    own machinery free, `Options.bytescheduler_unit_s`), stragglers (no worker waits for a
+    slower one, `Options.stragglers`). Each share is what the
     iteration would lose without that cost alone; shares overlap and need not add up."""
     opts = opts or Options()
     plan = plan_for(method, profile, cluster, workers, opts)  # the same decisions in every what-if
@@ -821,7 +833,9 @@ def explain(method: str, profile: Profile, cluster: Cluster, workers: int, opts:
                                               plan).period_s),
               "scheduler": max(0.0, base - simulate(method, profile, cluster, workers,
                                                     replace(opts, bytescheduler_unit_s=0.0), plan).period_s)
-              if opts.bytescheduler_unit_s and plan.bytescheduler else 0.0}
+              if opts.bytescheduler_unit_s and plan.bytescheduler else 0.0,
+              "stragglers": max(0.0, base - simulate(method, profile, cluster, workers,
+                                                     replace(opts, stragglers=False), plan).period_s)}
     exposed = max(0.0, base - profile.compute_s)
     comm = {k: v for k, v in shares.items() if k != "compute"}
     dominant = "compute" if profile.compute_s >= exposed or not any(comm.values()) else max(comm, key=comm.get)

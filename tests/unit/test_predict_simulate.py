@@ -437,3 +437,59 @@ def test_what_dominates_counts_the_ps_wire_where_one_was_measured():
     ex = simulate.explain("bsp-ps", toy(), cluster, 2, simulate.Options(stack="ddlbench"))
     assert ex["exposed_comm_s"] > 4.0 and ex["shares_s"]["latency"] == pytest.approx(ex["exposed_comm_s"])
     assert ex["shares_s"]["bandwidth"] == 0.0 and ex["dominant"] == "latency"
+
+
+def test_expected_max_of_independent_draws_by_hand():
+    from ddlbench.predict.profile import expected_max
+
+    # two draws from {1, 2}: the max is 1 only if both are 1 (1/4): 1/4 + 2 * 3/4
+    assert expected_max([2.0, 1.0], 2) == pytest.approx(1.75)
+    # two from {1, 1, 1, 3}: 3 unless both miss it ((3/4)^2); four: 1 - (3/4)^4 of the time
+    assert expected_max([1.0, 3.0, 1.0, 1.0], 2) == pytest.approx(1 * 9 / 16 + 3 * 7 / 16)
+    assert expected_max([1.0, 3.0, 1.0, 1.0], 4) == pytest.approx(1 * 81 / 256 + 3 * 175 / 256)
+    assert expected_max([1.0, 3.0, 1.0, 1.0], 1) == pytest.approx(1.5)  # one draw: the mean
+
+
+def test_synchronised_workers_wait_for_the_slowest_ones_compute():
+    # one worker's measured iterations 1, 1, 1, 3 s (mean 1.5): two workers wait for the slower
+    # of two draws, 1.875 s on average, so every compute time is 1.25 times the profile's: forward
+    # 1.25 + backward 3.75, then BSP's all-reduce of 120,000 B (2 s): 7 s, not 6
+    spread = replace(toy(), iteration_s=[1.0, 1.0, 1.0, 3.0])
+    assert spread.sync_factor(2) == pytest.approx(1.25)
+    assert period("bsp-a2a", spread, two_gpus()) == pytest.approx(7.0)
+    assert period("bsp-a2a", spread, two_gpus(), stragglers=False) == pytest.approx(6.0)
+    # four on one node: compute 4 s x E[max of 4] / mean; the ring's 6 steps of 0.25 + 30,000 B beta
+    assert period("bsp-a2a", spread, two_gpus(g=4), workers=4) == \
+        pytest.approx(4 * (81 + 3 * 175) / 256 / 1.5 + 6 * (0.25 + 30_000 * 1.25e-5))
+    assert period("bsp-a2a", spread, two_gpus(), workers=1) == pytest.approx(4.0)  # one worker waits for no one
+    ex = simulate.explain("bsp-a2a", spread, two_gpus(), 2)
+    assert ex["shares_s"]["stragglers"] == pytest.approx(1.0) and ex["dominant"] == "compute"
+    # a profile with no measured spread (the roofline's): nothing to wait for
+    assert toy().sync_factor(8) == 1.0 and period("bsp-a2a", toy(), two_gpus()) == pytest.approx(6.0)
+
+
+def test_a_measured_profile_keeps_its_iterations_unless_the_workers_time_slice_the_cores(tmp_path, monkeypatch):
+    """The spread of one worker's iterations is kept for the workers to wait on, but not where
+    the workers' threads outnumber the cores (one's slow iteration is another's fast one)."""
+    import contextlib
+    import json
+
+    from ddlbench import config
+    from ddlbench.predict import profile
+
+    monkeypatch.setattr(profile, "CACHE_DIR", tmp_path)
+    monkeypatch.setattr(profile, "_neighbours", lambda *a: contextlib.nullcontext(lambda: None))
+    monkeypatch.setattr(profile, "_measure", lambda *a: (toy(), [2.0, 4.0, 3.0]))
+    monkeypatch.setattr(config, "usable_cores", lambda: 4)
+    two = profile.measured("tiny-resnet", 1, "cpu", threads=2, sharers=2)
+    assert two.iteration_s == [2.0, 4.0, 3.0] and two.compute_s == pytest.approx(3.0)  # scaled to their mean
+    assert two.sync_factor(2) == pytest.approx(((2 * 1 + 3 * 3 + 4 * 5) / 9) / 3.0)
+    four = profile.measured("tiny-resnet", 1, "cpu", threads=2, sharers=4)  # 8 threads on 4 cores
+    assert four.iteration_s == [] and four.sync_factor(4) == 1.0 and "more threads than cores" in four.source
+    assert profile.measured("tiny-resnet", 1, "cpu", threads=2, sharers=2) == two  # read back from the cache
+    # a measured profile cached before its iterations were kept is measured again
+    (cached,) = tmp_path.glob("*-s2-*")
+    fields = json.loads(cached.read_text())
+    del fields["iteration_s"]
+    cached.write_text(json.dumps(fields))
+    assert profile._read_cached(cached) is None
