@@ -197,15 +197,19 @@ bench-emulated: install
 		$(call bench_many,launcher=emulated launcher.nodes=4 launcher.link=$$link results_dir=$(RESULTS)/emulated) || exit $$?; \
 		$(call bench_one,launcher=emulated launcher.nodes=4 launcher.link=$$link results_dir=$(RESULTS)/emulated) || exit $$?; \
 	done
+	$(PY) benchmarks/predict_validation.py --results $(RESULTS)/emulated --calibrate-only
 	$(PY) -m ddlbench.analysis.summary $(RESULTS)/emulated
 
 # The same runs on this machine (CLUSTER=local: every worker and the one PS server share its cores
-# and talk over loopback), records in $(RESULTS)/local; the predictor's check against them:
+# and talk over loopback), records in $(RESULTS)/local. Both benches end by measuring the profiles
+# that calibrate their runs (into <records>/profiles: what a worker gets beside others drifts over
+# minutes on a shared machine, so they are measured beside the runs); the predictor's check:
 # `python benchmarks/predict_validation.py --results $(RESULTS)/local --local-network loopback`
 # (or the local-<hostname> that make commbench wrote).
 bench-local: install
 	$(call bench_many,results_dir=$(RESULTS)/local)
 	$(call bench_one,results_dir=$(RESULTS)/local)
+	$(PY) benchmarks/predict_validation.py --results $(RESULTS)/local --calibrate-only
 	$(PY) -m ddlbench.analysis.summary $(RESULTS)/local
 
 # Communication backends: collectives x sizes x dtypes x backends x 2..N workers (seeds 000-003).

@@ -13,9 +13,10 @@
    --local-network NAME (e.g. conf/network/local-<hostname>.yaml from `make commbench`, or
    loopback), each as one machine of its workers (`network.on_one_machine`). The
    profile is scaled to that setup's measured one-worker throughput (the local calibration).
-   Prints per-method MAPE.
+   Prints per-method MAPE. The profiles that calibrate those runs are kept under
+   RESULTS/profiles: `--calibrate-only` measures them (the benches do, as they finish).
 
-    python benchmarks/predict_validation.py [--results results] [--local-network NAME]
+    python benchmarks/predict_validation.py [--results results] [--local-network NAME] [--calibrate-only]
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import statistics
 import sys
 from collections import defaultdict
 from dataclasses import replace
+from pathlib import Path
 
 from ddlbench.analysis import reference
 from ddlbench.analysis.records import load, workers_per_node
@@ -153,6 +155,55 @@ def group_bytes(plan, prof) -> list[int]:
     return [sum(prof.tensor_bytes[i] for i in g) for g in plan.messages]
 
 
+def profiles_dir(results: str) -> Path:
+    """Where the profiles that calibrate the runs under `results` are kept: beside their records.
+    On a shared machine what one worker gets beside others drifts over minutes (two tiny-resnet
+    workers: 10.7 and 13.4 ms a step, measured minutes apart), so the bench measures them as it
+    finishes (`--calibrate-only`) and every later validation of its runs reads the same ones."""
+    return Path(results) / "profiles"
+
+
+def setup_profiles(results: str, run: dict, one_worker_run: dict):
+    """(one worker alone at the one-worker run's threads, one worker beside W-1 others at the
+    W-worker run's threads): the two profiles that rescale the setup's one-worker throughput to
+    what a worker of `run` got (profile.measured; kept in `profiles_dir`)."""
+    from ddlbench.predict import profile
+
+    where = profiles_dir(results)
+    return (profile.measured(run["model"], run["local_batch"], "cpu", threads=run_threads(one_worker_run),
+                             cache_dir=where),
+            profile.measured(run["model"], run["local_batch"], "cpu", threads=run_threads(run), sharers=run["workers"],
+                             cache_dir=where))
+
+
+def setups(recs: list[dict]):
+    """(multi-worker run, its setup's one-worker runs of methods that only compute at one worker)
+    for every ok multi-worker run of the seven methods and DDP whose setup (model, batch,
+    device, backend) has such a run."""
+    from ddlbench.config import compute_only_at_one_worker
+
+    def key(r):
+        return r["model"], r["local_batch"], r.get("device"), r.get("backend")
+    base = defaultdict(list)
+    for r in recs:
+        if r["workers"] == 1 and compute_only_at_one_worker(r["method"]) and r["method"] in simulate.METHODS:
+            base[key(r)].append(r)
+    return [(r, base[key(r)]) for r in recs
+            if r["workers"] > 1 and key(r) in base and r["method"] in simulate.METHODS]
+
+
+def ok_records(results: str) -> list[dict]:
+    return [r for r in load([results]).records if r.get("status") == "ok" and r.get("samples_per_sec")]
+
+
+def calibrate(results: str) -> int:
+    """Measure now the profiles that calibrate the runs under `results` (`setup_profiles`, into
+    `profiles_dir`; ones already there are kept): how many are there."""
+    for r, base in setups(ok_records(results)):
+        setup_profiles(results, r, base[0])
+    return len(list(profiles_dir(results).glob("*-measured.json")))
+
+
 def local(results: str, local_network: str | None) -> tuple[dict, dict, list, dict]:
     """Over our own records with a known network: ({method: [(predicted, measured)]} with the
     workers sharing this machine, the same as if each had it alone, the per-run rows
@@ -163,32 +214,27 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
     one worker (`compute_only_at_one_worker`), on any network (one worker sends nothing), same
     model, batch, device and backend. Every worker of a run here shared this machine's cores
     (local runs, and the emulated cluster's namespaces), so it is rescaled to the device one
-    worker of the W-worker run got: by the ratio of two profiles measured now, one worker alone
-    at the one-worker run's threads against one worker beside W-1 others at the W-worker run's
-    threads (profile.measured, sharers=W; no communication runs in either), whose iterations'
-    spread is what the W workers wait for (`Profile.sync_factor`). ByteScheduler's own
+    worker of the W-worker run got: by the ratio of two profiles, one worker alone at the
+    one-worker run's threads against one worker beside W-1 others at the W-worker run's threads
+    (`setup_profiles`: profile.measured, sharers=W; no communication runs in either), measured
+    as the bench finished where it kept them, else now; the second's iterations' spread is what
+    the W workers wait for (`Profile.sync_factor`). ByteScheduler's own
     machinery is calibrated from the one-worker runs of that method where there are some
     (`simulate.calibrate_unit_s`), and rescaled as the compute is."""
-    from ddlbench.config import compute_only_at_one_worker
-    from ddlbench.predict import profile
-
-    recs = [r for r in load([results]).records if r.get("status") == "ok" and r.get("samples_per_sec")]
-    base, own = defaultdict(list), defaultdict(list)
+    recs = ok_records(results)
+    own = defaultdict(list)
     for r in recs:
         if r["workers"] == 1 and r["method"] in simulate.METHODS:
             key = (r["model"], r["local_batch"], r.get("device"), r.get("backend"))
-            if compute_only_at_one_worker(r["method"]):
-                base[key].append(r)
             own[(*key, r["method"], one_worker_link(r["method"], record_network(r) or local_network))].append(r)
     shared, alone, runs, units = defaultdict(list), defaultdict(list), [], {}
-    for r in recs:
+    for r, base in setups(recs):
         net = record_network(r) or local_network
-        key = (r["model"], r["local_batch"], r.get("device"), r.get("backend"))
-        if r["workers"] < 2 or net is None or key not in base or r["method"] not in simulate.METHODS:
+        if net is None:
             continue
-        x1 = one_worker_samples_per_sec(base[key])
-        by_itself = profile.measured(r["model"], r["local_batch"], "cpu", threads=run_threads(base[key][0]))
-        beside = profile.measured(r["model"], r["local_batch"], "cpu", threads=run_threads(r), sharers=r["workers"])
+        key = (r["model"], r["local_batch"], r.get("device"), r.get("backend"))
+        x1 = one_worker_samples_per_sec(base)
+        by_itself, beside = setup_profiles(results, r, base[0])
         stack_opts = cli.study_opts((r.get("config") or {}).get("profile", {}).get("name", "local"), stack="ddlbench",
                                     backend=r.get("backend"), ps_topology=record_ps_topology(r))
         cfg = simulate.method_config(r["method"], stack_opts.bytescheduler_ps)
@@ -252,7 +298,15 @@ def main(argv=None) -> int:
     ap.add_argument("--local-network", default=None, help="conf/network config for local runs without one")
     ap.add_argument("--again", default=None, metavar="DIR",
                     help="another bench's records of the same runs: print how far apart the two measurements are")
+    ap.add_argument("--calibrate-only", action="store_true",
+                    help="only measure the profiles that calibrate the runs under --results, into RESULTS/profiles "
+                         "(make bench-local and bench-emulated do so as they finish)")
     a = ap.parse_args(argv)
+    if a.calibrate_only:
+        n = calibrate(a.results)
+        print(f"predict_validation: {n} measured profile(s) under {profiles_dir(a.results)} calibrate the runs "
+              f"under {a.results}")
+        return 0
 
     runs = {intra: study(intra, explain_workers=32 if intra == INTRA_NODES[0] else None) for intra in INTRA_NODES}
     s = runs[INTRA_NODES[0]]

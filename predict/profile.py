@@ -226,7 +226,7 @@ NEIGHBOUR_START_S = 300.0  # a neighbour builds its model and runs two steps wit
 
 
 def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, warmup: int = 2,
-             cache: bool = True, threads: int | None = None, sharers: int = 1) -> Profile:
+             cache: bool = True, threads: int | None = None, sharers: int = 1, cache_dir: Path | None = None) -> Profile:
     """The profile measured on `device` by one worker (PROFILE_FROM=measured): forward and backward
     per layer from the hooks of `_hooked_pass` on the wall clock (CUDA synchronised at every
     reading on a GPU, as the study's MG-WFBP profiler did), the medians over at least `iters`
@@ -243,7 +243,7 @@ def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, 
     worker of that run gets (tiny-resnet here: 9 ms per step alone at one thread, 10-12 ms beside
     a second copy, 22-25 ms beside three on two cores). No communication runs: it is a one-worker
     profile on a shared machine, not a multi-worker result. Both are named in the source. Cached
-    per model, batch, device, threads, sharers and window."""
+    per model, batch, device, threads, sharers and window, in `cache_dir` (default CACHE_DIR)."""
     import torch
 
     dev = torch.device(device)
@@ -254,7 +254,7 @@ def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, 
         raise ValueError(f"iters={iters}, warmup={warmup} are invalid; accepted: iters >= 1, warmup >= 0")
     threads = (threads or torch.get_num_threads()) if dev.type == "cpu" else None
     key = f"{f'-t{threads}' if threads else ''}{f'-s{sharers}' if sharers > 1 else ''}-w{WINDOW_S:g}"
-    path = CACHE_DIR / f"{model}-b{local_batch}-{device.replace(':', '')}{key}-measured.json"
+    path = Path(cache_dir or CACHE_DIR) / f"{model}-b{local_batch}-{device.replace(':', '')}{key}-measured.json"
     cached = _read_cached(path) if cache else None
     if cached is not None:
         return cached

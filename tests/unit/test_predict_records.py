@@ -243,3 +243,34 @@ def test_validation_predicts_an_mgwfbp_run_with_its_own_start_up_fit(tmp_path, m
     assert row[5] == f"other: {len(mine.messages)} groups, the run {len(wfbp_like.messages)}"
     assert cli.predict("tiny-resnet", [2], "loopback", ("mg-wfbp",), 8, 100.0, opts,
                        explain=False)[0][("mg-wfbp", 2)].samples_per_sec != pytest.approx(own)
+
+
+def test_a_bench_keeps_the_profiles_that_calibrate_its_runs_beside_them(tmp_path, monkeypatch, capsys):
+    """`--calibrate-only` (the benches' last step) measures the profiles the validation rescales
+    each setup with into RESULTS/profiles, and every later validation of those runs reads the
+    same ones instead of measuring what this machine gives at that later time."""
+    import contextlib
+    import importlib.util
+
+    from ddlbench import record
+
+    spec = importlib.util.spec_from_file_location("predict_validation", Path(__file__).parents[2] / "benchmarks"
+                                                  / "predict_validation.py")
+    validation = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(validation)
+    fixed = cli.load_profile("tiny-resnet", 8, 100.0)
+    measures = []
+    monkeypatch.setattr(profile, "_neighbours", lambda *a: contextlib.nullcontext(lambda: None))
+    monkeypatch.setattr(profile, "_measure", lambda *a: measures.append(a) or (fixed, [0.1, 0.1, 0.1]))
+    monkeypatch.setattr(profile, "CACHE_DIR", tmp_path / "home-cache")  # not where they are kept
+    record.write(tmp_path, {**_measured("bsp-a2a", 1, 100.0), "env": {"OMP_NUM_THREADS": "2"}})
+    record.write(tmp_path, {**_measured("ddp", 2, 150.0), "env": {"OMP_NUM_THREADS": "1"}})
+    record.write(tmp_path, {**_measured("wfbp-ps", 2, 150.0), "env": {"OMP_NUM_THREADS": "1"}})
+    assert validation.main(["--results", str(tmp_path), "--calibrate-only"]) == 0
+    # one worker alone at 2 threads, one beside another at 1: two profiles, the same for both runs
+    assert len(measures) == 2 and "2 measured profile(s)" in capsys.readouterr().out
+    assert sorted(p.name for p in (tmp_path / "profiles").iterdir()) == \
+        ["tiny-resnet-b8-cpu-t1-s2-w3-measured.json", "tiny-resnet-b8-cpu-t2-w3-measured.json"]
+    shared = validation.local(str(tmp_path), "loopback")[0]
+    assert len(measures) == 2 and sorted(shared) == ["ddp", "wfbp-ps"]  # read, not measured again
+    assert not list((tmp_path / "home-cache").glob("*-measured.json"))  # (the roofline's is cached there)
