@@ -66,8 +66,8 @@ class Profile:
                                # statistics...), bytes per dtype: what DDP broadcasts before each forward
     iteration_s: list[float] = field(default_factory=list)  # measured profiles: one worker's whole
                                # iterations over the window, as measured (their mean is compute_s);
-                               # their spread is what W synchronised workers wait for (sync_factor).
-                               # Empty where it is not: the roofline's, time-sliced cores (measured)
+                               # their spread is what W synchronised workers wait for (sync_factor);
+                               # empty in the roofline's
 
     @property
     def compute_s(self) -> float:
@@ -234,8 +234,7 @@ def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, 
     that window (a throughput is a mean: on a shared machine an iteration is either untouched or
     waits out others' time slices); the momentum-SGD step timed whole and shared by parameter
     size; every iteration's wall time kept (`iteration_s`: their spread is what synchronised
-    workers wait for, `Profile.sync_factor`), but where the workers' threads outnumber the
-    cores: there one's slow iteration is another's fast one, which a synchronised run evens out. Its one-worker throughput is its own (batch / compute). On the CPU, `threads`: the
+    workers wait for, `Profile.sync_factor`). Its one-worker throughput is its own (batch / compute). On the CPU, `threads`: the
     intra-op threads one worker of the predicted run will have (the launchers share the cores
     out, config.threads_for), else this process's; `sharers`: the workers of that run on this
     machine's cores (CLUSTER=local and emulated: all of them), so `sharers - 1` other processes
@@ -268,16 +267,9 @@ def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, 
     finally:
         torch.set_num_threads(before)
     beside = f", beside {sharers - 1} more worker(s) running the same step on this machine's cores" if sharers > 1 else ""
-    # More threads than cores: the workers time-slice the cores, and one's slow iteration is
-    # another's fast one; a synchronised run evens that out (a worker waiting at the barrier
-    # yields its core to the slowest), so their spread is not what it waits for.
-    from ddlbench.config import usable_cores
-
-    timesliced = dev.type == "cpu" and sharers > 1 and sharers * threads > usable_cores()
-    out = replace(out.scaled(local_batch / statistics.mean(whole), ""), iteration_s=[] if timesliced else whole)
+    out = replace(out.scaled(local_batch / statistics.mean(whole), ""), iteration_s=whole)
     out.source = f"measured: one worker on {device}{f' at {threads} threads' if threads else ''}{beside}, hooks, " \
-                 f"per-layer medians scaled to the mean iteration over >= {iters} iterations and {WINDOW_S:g} s" + \
-                 (", more threads than cores (no spread kept)" if timesliced else "")
+                 f"per-layer medians scaled to the mean iteration over >= {iters} iterations and {WINDOW_S:g} s"
     if cache:
         _write_cached(path, out)
     return out

@@ -68,8 +68,8 @@ same thing at the same time, and a server receives a partition from all m machin
 - stragglers: every iteration of W workers waits for the slowest one's compute. Where the
   profile was measured (`iteration_s`: one worker's iterations, on a shared machine beside the
   run's other workers), every compute time is the profile's times `Profile.sync_factor(W)`,
-  E[max of W independent draws] / mean (on this VM's 2 cores, tiny-resnet: about 1.07 at 2
-  workers, 1.10 at 4). The roofline's profile has no spread: 1;
+  E[max of W independent draws] / mean (on this VM's 2 cores, tiny-resnet: 1.06-1.08 at 2
+  workers, 1.14-1.24 at 4). The roofline's profile has no spread: 1;
 - one worker: compute only, but for this runtime's PS methods (its servers) and ByteScheduler
   (its updates as gradients land, and its machinery): `config.compute_only_at_one_worker`.
 
