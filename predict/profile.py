@@ -226,7 +226,8 @@ NEIGHBOUR_START_S = 300.0  # a neighbour builds its model and runs two steps wit
 
 
 def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, warmup: int = 2,
-             cache: bool = True, threads: int | None = None, sharers: int = 1, cache_dir: Path | None = None) -> Profile:
+             cache: bool = True, threads: int | None = None, sharers: int = 1,
+             cache_dir: Path | None = None) -> Profile:
     """The profile measured on `device` by one worker (PROFILE_FROM=measured): forward and backward
     per layer from the hooks of `_hooked_pass` on the wall clock (CUDA synchronised at every
     reading on a GPU, as the study's MG-WFBP profiler did), the medians over at least `iters`
@@ -234,9 +235,9 @@ def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, 
     that window (a throughput is a mean: on a shared machine an iteration is either untouched or
     waits out others' time slices); the momentum-SGD step timed whole and shared by parameter
     size; every iteration's wall time kept (`iteration_s`: their spread is what synchronised
-    workers wait for, `Profile.sync_factor`). Its one-worker throughput is its own (batch / compute). On the CPU, `threads`: the
-    intra-op threads one worker of the predicted run will have (the launchers share the cores
-    out, config.threads_for), else this process's; `sharers`: the workers of that run on this
+    workers wait for, `Profile.sync_factor`). Its one-worker throughput is its own (batch /
+    compute). On the CPU, `threads`: the intra-op threads one worker of the predicted run will
+    have (the launchers share the cores out, config.threads_for), else this process's; `sharers`: the workers of that run on this
     machine's cores (CLUSTER=local and emulated: all of them), so `sharers - 1` other processes
     run the same training step at the same threads while this one measures: the device one
     worker of that run gets (tiny-resnet here: 9 ms per step alone at one thread, 10-12 ms beside
@@ -352,7 +353,6 @@ def _workload(model: str, local_batch: int, dev):
 def _measure(model: str, local_batch: int, dev, iters: int, warmup: int, min_window_s: float = 0.0):
     """(profile of per-layer medians, every iteration's wall time) over at least `iters`
     iterations after `warmup` and at least `min_window_s` seconds."""
-    import statistics
     import time
 
     import torch
