@@ -176,20 +176,23 @@ def setup_profiles(results: str, run: dict, one_worker_run: dict):
                              cache_dir=where))
 
 
+def setup_key(r: dict) -> tuple:
+    """A run's setup: model, batch, device, backend."""
+    return r["model"], r["local_batch"], r.get("device"), r.get("backend")
+
+
 def setups(recs: list[dict]):
     """(multi-worker run, its setup's one-worker runs of methods that only compute at one worker)
-    for every ok multi-worker run of the seven methods and DDP whose setup (model, batch,
-    device, backend) has such a run."""
+    for every ok multi-worker run of the seven methods and DDP whose setup (`setup_key`) has
+    such a run."""
     from ddlbench.config import compute_only_at_one_worker
 
-    def key(r):
-        return r["model"], r["local_batch"], r.get("device"), r.get("backend")
     base = defaultdict(list)
     for r in recs:
         if r["workers"] == 1 and compute_only_at_one_worker(r["method"]) and r["method"] in simulate.METHODS:
-            base[key(r)].append(r)
-    return [(r, base[key(r)]) for r in recs
-            if r["workers"] > 1 and key(r) in base and r["method"] in simulate.METHODS]
+            base[setup_key(r)].append(r)
+    return [(r, base[setup_key(r)]) for r in recs
+            if r["workers"] > 1 and setup_key(r) in base and r["method"] in simulate.METHODS]
 
 
 def ok_records(results: str) -> list[dict]:
@@ -225,14 +228,13 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
     own = defaultdict(list)
     for r in recs:
         if r["workers"] == 1 and r["method"] in simulate.METHODS:
-            key = (r["model"], r["local_batch"], r.get("device"), r.get("backend"))
-            own[(*key, r["method"], one_worker_link(r["method"], record_network(r) or local_network))].append(r)
+            own[(*setup_key(r), r["method"], one_worker_link(r["method"], record_network(r) or local_network))].append(r)
     shared, alone, runs, units = defaultdict(list), defaultdict(list), [], {}
     for r, base in setups(recs):
         net = record_network(r) or local_network
         if net is None:
             continue
-        key = (r["model"], r["local_batch"], r.get("device"), r.get("backend"))
+        key = setup_key(r)
         x1 = one_worker_samples_per_sec(base)
         by_itself, beside = setup_profiles(results, r, base[0])
         stack_opts = cli.study_opts((r.get("config") or {}).get("profile", {}).get("name", "local"), stack="ddlbench",

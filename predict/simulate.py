@@ -835,7 +835,8 @@ def explain(method: str, profile: Profile, cluster: Cluster, workers: int, opts:
                                                     replace(opts, bytescheduler_unit_s=0.0), plan).period_s)
               if opts.bytescheduler_unit_s and plan.bytescheduler else 0.0,
               "stragglers": max(0.0, base - simulate(method, profile, cluster, workers,
-                                                     replace(opts, stragglers=False), plan).period_s)}
+                                                     replace(opts, stragglers=False), plan).period_s)
+              if opts.stragglers and profile.sync_factor(workers) > 1 else 0.0}
     exposed = max(0.0, base - profile.compute_s)
     comm = {k: v for k, v in shares.items() if k != "compute"}
     dominant = "compute" if profile.compute_s >= exposed or not any(comm.values()) else max(comm, key=comm.get)
