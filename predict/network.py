@@ -127,6 +127,11 @@ class Cluster:
                                   # ps mode); None: `inter`, as for the study's BytePS over RDMA
     host_cpu: HostCpu | None = None  # every host on one machine's cores (local, emulated): what a PS
                                      # message costs them; None: each worker has a machine of its own
+    measured_allreduce: dict = field(default_factory=dict)  # ranks -> Link: the whole all-reduce at that
+                                     # many ranks as make commbench timed it here (t = a + b n), in this
+                                     # config's own placement; its algorithm is `measured_algorithm`
+    measured_algorithm: str = "ring"  # the algorithm the measuring backend ran (Gloo: ring; NCCL: nccl)
+    measured_on_one_machine: bool = False  # those ranks shared one machine's cores (a local commbench)
 
     def nodes(self, workers: int) -> tuple[int, int]:
         """(machines m, GPUs per machine g) for `workers` workers, filling nodes g at a time."""
@@ -194,8 +199,13 @@ class Cluster:
         return (workers - 1) * max(link.alpha_s for link in links) + nbytes * max(link.beta_s_per_byte for link in links)
 
     def allreduce_s(self, nbytes: float, workers: int, algorithm: str = "nccl") -> float:
+        """One all-reduce of n bytes on `workers` workers: measured where make commbench timed
+        this many ranks with the backend that runs `algorithm` (`measured_allreduce`), else the
+        algorithm's model over the links (module docstring)."""
         if workers == 1:
             return 0.0
+        if algorithm == self.measured_algorithm and workers in self.measured_allreduce:
+            return self.measured_allreduce[workers].time_s(nbytes)
         if algorithm == "ring":
             return self.ring_allreduce_s(nbytes, workers)
         if algorithm == "tree":
@@ -273,16 +283,19 @@ def with_intra(cluster: Cluster, node_name: str) -> Cluster:
     if node.intra is None:
         raise ValueError(f"network {node_name!r} has no intra-node link; accepted: a node config such as pcie3x16")
     return replace(cluster, intra=node.intra, gpus_per_node=node.gpus_per_node, name=f"{cluster.name}+{node_name}",
-                   sources={**cluster.sources, "intra": node.sources.get("intra", node_name)})
+                   sources={**cluster.sources, "intra": node.sources.get("intra", node_name)}, measured_allreduce={})
 
 
-def with_nodes(cluster: Cluster, workers_per_node: int, link: Link, source: str) -> Cluster:
+def with_nodes(cluster: Cluster, workers_per_node: int, link: Link, source: str,
+               same_placement: bool = False) -> Cluster:
     """`cluster` with `workers_per_node` workers a machine, talking inside it over `link`: the
     placement a run has where it is not the config's (a config written by make commbench has
-    one worker per endpoint, as it measured)."""
+    one worker per endpoint, as it measured). Its measured all-reduces go with the config's
+    placement, unless the caller knows the measurement had this one (`same_placement`)."""
     return replace(cluster, intra=link, gpus_per_node=workers_per_node,
                    description=f"{cluster.description}; {workers_per_node} workers per machine",
-                   sources={**cluster.sources, "placement": source})
+                   sources={**cluster.sources, "placement": source},
+                   measured_allreduce=cluster.measured_allreduce if same_placement else {})
 
 
 def on_one_machine(cluster: Cluster, workers_per_node: int) -> Cluster:
@@ -293,13 +306,15 @@ def on_one_machine(cluster: Cluster, workers_per_node: int) -> Cluster:
     per node (`servers: auto`: one by default), where the config's own shape (one worker per
     endpoint, as make commbench measured it) would give every worker a machine and a server of
     its own. Every link is the one measured between two processes here (the config's `inter`,
-    else its `intra`)."""
+    else its `intra`); all-reduces make commbench timed on this machine's cores at a run's
+    worker count are that run's (`Cluster.measured_allreduce`: W processes here, as the run)."""
     link = cluster.inter or cluster.intra
     if link is None:
         raise ValueError(f"network {cluster.name!r} has no link between processes; accepted: a config with "
                          f"`inter` (make commbench writes one)")
     return with_nodes(cluster, workers_per_node, link,
-                      f"a local run: nodes of {workers_per_node} workers on this machine, over the config's measured link")
+                      f"a local run: nodes of {workers_per_node} workers on this machine, over the config's measured link",
+                      same_placement=cluster.measured_on_one_machine)
 
 
 def emulated_hosts(cluster: Cluster, workers_per_host: int, intra_link: str | None = None,
@@ -453,10 +468,32 @@ def load(name: str, directory: Path | None = None) -> Cluster:
     if host_cpu is not None and (host_cpu.cores < 1 or host_cpu.s_per_message < 0 or host_cpu.s_per_byte < 0):
         raise ValueError(f"network {name!r}: host_cpu {cpu} is invalid; accepted: cores >= 1, s_per_message and "
                          f"s_per_byte >= 0")
+    measured, one_machine, algorithm = _measured_allreduce(spec.get("inter"), name)
+    if rate_bps is not None:
+        measured = {}  # an emulated wire's slope is the tc rate's (emulated_wire), not a fit's
     return Cluster(name=spec.get("name", name), intra=intra, inter=inter,
                    gpus_per_node=int(gpus or 1), server_mem_Bps=float(spec.get("server_mem_GBps", 0)) * 1e9,
                    mgwfbp_table=table, description=spec.get("description", ""), sources=sources, ps=ps,
-                   host_cpu=host_cpu)
+                   host_cpu=host_cpu, measured_allreduce=measured, measured_algorithm=algorithm,
+                   measured_on_one_machine=one_machine)
+
+
+def _measured_allreduce(spec, name: str) -> tuple[dict, bool, str]:
+    """({ranks: Link of the whole all-reduce}, measured on one machine's cores, its algorithm)
+    from an `inter: allreduce: by_ranks:` that make commbench wrote, else ({}, False, "ring")."""
+    a = (spec or {}).get("allreduce") or {}
+    by_ranks = {}
+    for ranks, fit in (a.get("by_ranks") or {}).items():
+        link = Link(float(fit["alpha_s"]), float(fit["beta_s_per_byte"]))
+        if int(ranks) < 2 or link.alpha_s < 0 or link.beta_s_per_byte < 0:
+            raise ValueError(f"network {name!r}: by_ranks {ranks}: {fit} is invalid; accepted: ranks >= 2, "
+                             f"alpha_s and beta_s_per_byte >= 0")
+        by_ranks[int(ranks)] = link
+    algorithm = a.get("algorithm", "ring")
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"network {name!r}: allreduce algorithm {algorithm!r} is unknown; accepted: "
+                         f"{', '.join(ALGORITHMS)}")
+    return by_ranks, bool(a.get("one_machine", False)), algorithm
 
 
 # -- the user's own network, from commbench ------------------------------------------------------
@@ -500,6 +537,18 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
                              f"(methods.mgwfbp.fit_alpha_beta), a = {a:.4g} s, b = {b:.4g} s/B"},
         "data": {"bytes": sizes, "time_s": times},
     }
+    by_ranks = _by_ranks(rows, backend) if backend in BACKEND_ALGORITHM else {}
+    if by_ranks:
+        out["inter"]["allreduce"].update(by_ranks={w: {"alpha_s": fa, "beta_s_per_byte": fb}
+                                                   for w, (_, _, fa, fb) in by_ranks.items()},
+                                         algorithm=BACKEND_ALGORITHM[backend], one_machine=shared_cores)
+        out["sources"]["by_ranks"] = (
+            f"{source}: fp32 all_reduce, {backend} on {device}, at "
+            + "; ".join(f"{w} workers ({len(fs)} sizes {fs[0]}..{fs[-1]} B: a = {fa:.4g} s, b = {fb:.4g} s/B)"
+                        for w, (fs, _, fa, fb) in by_ranks.items())
+            + "; the same fit, used as measured for runs of that many workers"
+            + (" on this machine's cores" if shared_cores else " one per node"))
+        out["data_by_ranks"] = {w: {"bytes": fs, "time_s": ft} for w, (fs, ft, _, _) in by_ranks.items()}
     ps = _ps_fit(rows)
     if ps is not None:
         (alpha, beta, ps_sizes, ps_times, partition) = ps
@@ -516,6 +565,26 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
                                       f"the machine's busy CPU per worker-message, {busy[0] * 1e3:.3f} and "
                                       f"{busy[-1] * 1e3:.3f} ms, through both points; workers and servers on this "
                                       f"machine's {out['host_cpu']['cores']} cores")
+    return out
+
+
+# The all-reduce algorithm a measured backend runs by itself (simulate.default_algorithm's).
+BACKEND_ALGORITHM = {"gloo": "ring", "nccl": "nccl"}
+
+
+def _by_ranks(rows: list[dict], backend: str) -> dict:
+    """{workers: (sizes, times, a, b)} for every worker count above 2 that commbench's `sizes`
+    mode measured with `backend` (fp32 all-reduce, at least 2 elements per rank, two sizes or
+    more): what W ranks here take, where the 2-rank fit's links would only extrapolate (on a
+    2-core machine 4 processes took 6-12 ms for a 1 KiB all-reduce, against 0.6-0.9 ms for 2)."""
+    out = {}
+    for w in sorted({r.get("workers") for r in rows if isinstance(r.get("workers"), int) and r["workers"] > 2}):
+        usable = [r for r in rows if r.get("mode", "sizes") == "sizes" and r.get("collective") == "all_reduce"
+                  and r.get("dtype") == "fp32" and r.get("workers") == w and r.get("backend") == backend
+                  and r.get("time_us") and r.get("bytes", 0) >= 2 * 4 * w and not r.get("wrong") and "error" not in r]
+        fit = _fit_sizes(usable)
+        if fit is not None:
+            out[w] = fit
     return out
 
 

@@ -24,7 +24,8 @@ same thing at the same time, and a server receives a partition from all m machin
 - compute from a `profile.Profile`: forward, then backward producing gradient i at ready_s[i];
 - all-reduce methods: one NCCL stream per worker, so collectives run one at a time in launch
   order, each costing `Cluster.allreduce_s` (stack study: NCCL 2.4's size threshold between tree
-  and ring; else the faster of the two); BSP launches after
+  and ring; else the faster of the two; where make commbench timed the run's worker count in
+  the run's placement, that measurement, `Cluster.measured_allreduce`); BSP launches after
   backward, the others from the hook of the group's last gradient (overlap with backward); fused
   groups pay a pack and an unpack copy at the GPU's memory bandwidth;
 - PS methods, per machine (BytePS): per partition, a reduce inside the node over its NCCL stream,
@@ -94,7 +95,12 @@ Measured, not modelled yet (each alone moves other methods the wrong way):
   to +70 / +109%;
 - this runtime's ByteScheduler dispatch: at 2 local workers its launches came 1.2 ms apart (the
   leader sends each choice to its followers over the control group, then launches), which the
-  one-worker calibration (no followers) does not see; the two belong together.
+  one-worker calibration (no followers) does not see; the two belong together;
+- a worker's messages while its cores compute: two Gloo workers here, each with a thread
+  multiplying 256 x 256 matrices beside it, took 1.7-2.5 ms on average for a 1 KiB all-reduce
+  (0.4-0.5 ms median: a call now and then waits out a scheduler slice) against 0.55-0.92 ms
+  alone. commbench times its all-reduces on idle workers; WFBP's and ByteScheduler's messages
+  leave during backward.
 """
 from __future__ import annotations
 
@@ -820,13 +826,14 @@ def explain(method: str, profile: Profile, cluster: Cluster, workers: int, opts:
     def link(l, alpha=True, beta=True):
         return None if l is None else Link(l.alpha_s if alpha else 0.0, l.beta_s_per_byte if beta else 0.0)
 
-    def without(**links) -> float:
-        what_if = replace(cluster, **{k: link(getattr(cluster, k), **v) for k, v in links.items()})
+    def without(**terms) -> float:
+        what_if = replace(cluster, **{k: link(getattr(cluster, k), **terms) for k in ("intra", "inter", "ps")},
+                          measured_allreduce={w: link(l, **terms) for w, l in cluster.measured_allreduce.items()})
         return max(0.0, base - simulate(method, profile, what_if, workers, opts, plan).period_s)
 
     shares = {"compute": profile.compute_s,
-              "latency": without(intra={"alpha": False}, inter={"alpha": False}, ps={"alpha": False}),
-              "bandwidth": without(intra={"beta": False}, inter={"beta": False}, ps={"beta": False}),
+              "latency": without(alpha=False),
+              "bandwidth": without(beta=False),
               "server": max(0.0, base - simulate(method, profile, cluster, workers,
                                                  replace(opts, server_contention=False), plan).period_s),
               "cpu": max(0.0, base - simulate(method, profile, replace(cluster, host_cpu=None), workers, opts,

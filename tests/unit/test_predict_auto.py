@@ -185,6 +185,44 @@ def test_commbench_fit_writes_a_network_the_predictor_loads(tmp_path):
     assert c.gpus_per_node == 1 and c.nodes(4) == (4, 1)
 
 
+def test_commbench_times_more_workers_and_their_runs_are_predicted_with_it(tmp_path):
+    """Four processes on a 2-core machine took 6-12 ms for a 1 KiB Gloo all-reduce, two 0.6-0.9
+    ms: the 2-rank fit's links cannot extrapolate that. Where make commbench measured a worker
+    count, its own fit is that count's all-reduce (by hand below), for the algorithm the backend
+    runs, in the placement it was measured in; other counts still extrapolate."""
+    from ddlbench.predict import simulate
+
+    a4, b4 = 6e-3, 5e-9
+    four = [{**commbench_rows()[0], "workers": 4, "bytes": n, "time_us": (a4 + b4 * n) * 1e6} for n in (1024, 1 << 20)]
+    four += [{**four[0], "bytes": 16, "time_us": 1.0}]  # one element per rank: not a ring, left out
+    spec = network.commbench_network(commbench_rows() + four, "local-box", "test data")
+    fit = spec["inter"]["allreduce"]
+    assert fit["by_ranks"] == {4: pytest.approx({"alpha_s": a4, "beta_s_per_byte": b4})}  # 3: one size, no fit
+    assert fit["algorithm"] == "ring" and fit["one_machine"] and "4 workers" in spec["sources"]["by_ranks"]
+    network.write_config(spec, tmp_path)
+    c = network.load("local-box", tmp_path)
+    n = 1 << 20
+    assert c.allreduce_s(n, 4, "ring") == pytest.approx(a4 + b4 * n)
+    link = c.inter  # 2 ranks: a = 1e-4, b = 2e-9 as per-link alpha, beta
+    # the tree is not what Gloo ran: its model over 4 one-worker machines (2 log2 4 alphas)
+    assert c.allreduce_s(n, 4, "tree") == pytest.approx(2 * 2 * link.alpha_s + 2 * n * link.beta_s_per_byte)
+    assert c.allreduce_s(n, 8, "ring") == pytest.approx(2 * 7 * (link.alpha_s + n / 8 * link.beta_s_per_byte))
+    assert c.allreduce_s(n, 2, "ring") == pytest.approx(1e-4 + 2e-9 * n)
+    # a local run is 4 processes on this machine, as measured; 2 workers a host elsewhere is not
+    assert network.on_one_machine(c, 4).allreduce_s(n, 4, "ring") == pytest.approx(a4 + b4 * n)
+    assert network.with_nodes(c, 2, c.inter, "test").measured_allreduce == {}
+    across = network.commbench_network(commbench_rows() + four, "slurm-p", "test", shared_cores=False)
+    network.write_config(across, tmp_path)
+    assert network.on_one_machine(network.load("slurm-p", tmp_path), 4).measured_allreduce == {}
+    assert network.load("slurm-p", tmp_path).allreduce_s(n, 4, "ring") == pytest.approx(a4 + b4 * n)  # one per node
+    # the simulator pays it, and explain's latency share is its a: one BSP all-reduce after a
+    # compute-free step on 4 one-worker machines
+    prof = Profile("toy", 1, ["p"], [n // 4], 4, ["p"], [0.0], [0.0], 0.0, 0.0, [0.0], "test", 1.0)
+    opts = simulate.Options(stack="ddlbench", backend="gloo")
+    assert simulate.simulate("bsp-a2a", prof, c, 4, opts).period_s == pytest.approx(a4 + b4 * n)
+    assert simulate.explain("bsp-a2a", prof, c, 4, opts)["shares_s"]["latency"] == pytest.approx(a4)
+
+
 def test_commbench_writes_this_machines_network_under_its_own_name(tmp_path, monkeypatch, capsys):
     # make commbench without --network-name: conf/network/local-<hostname>.yaml, which
     # CLUSTER=local then reads (network.this_machine)
