@@ -228,7 +228,8 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
     own = defaultdict(list)
     for r in recs:
         if r["workers"] == 1 and r["method"] in simulate.METHODS:
-            own[(*setup_key(r), r["method"], one_worker_link(r["method"], record_network(r) or local_network))].append(r)
+            link = one_worker_link(r["method"], record_network(r) or local_network)
+            own[(*setup_key(r), r["method"], link)].append(r)
     shared, alone, runs, units = defaultdict(list), defaultdict(list), [], {}
     for r, base in setups(recs):
         net = record_network(r) or local_network

@@ -154,7 +154,8 @@ def render(preds: dict, model: str, local_batch: int, cluster: network.Cluster, 
         rows.append(row)
     head = (f"PREDICTED, not measured: {model}, local batch {local_batch}, network {cluster.name} "
             f"({cluster.description})\nsamples/s; * = fastest predicted; in brackets what dominates the iteration "
-            f"(compute, latency, bandwidth, server, cpu, scheduler, stragglers)\nand the largest other cost exposed as a share of the iteration\nprofile: {prof.source}")
+            f"(compute, latency, bandwidth, server, cpu, scheduler, stragglers)\nand the largest other cost exposed "
+            f"as a share of the iteration\nprofile: {prof.source}")
     return head + "\n" + markdown(["method"] + [f"{w} workers" for w in workers], rows)
 
 

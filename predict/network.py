@@ -313,7 +313,8 @@ def on_one_machine(cluster: Cluster, workers_per_node: int) -> Cluster:
         raise ValueError(f"network {cluster.name!r} has no link between processes; accepted: a config with "
                          f"`inter` (make commbench writes one)")
     return with_nodes(cluster, workers_per_node, link,
-                      f"a local run: nodes of {workers_per_node} workers on this machine, over the config's measured link",
+                      f"a local run: nodes of {workers_per_node} workers on this machine, over the config's "
+                      f"measured link",
                       same_placement=cluster.measured_on_one_machine)
 
 
@@ -511,12 +512,7 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
     is written into the config beside its source. `shared_cores`: the ranks ran on one machine's
     cores (one host, or emulated hosts of it), so its PS bursts give `host_cpu`; across a Slurm
     job's nodes they did not, and no `host_cpu` is written."""
-    # from 2 elements per rank up: a smaller all-reduce is not a ring (Gloo's ring splits the
-    # buffer into one chunk per rank; one 4-byte element took 0.27 ms across two emulated hosts,
-    # 16 bytes 1.5 ms), and least relative squares would take its alpha from that point alone
-    usable = [r for r in rows if r.get("mode", "sizes") == "sizes" and r.get("collective") == "all_reduce"
-              and r.get("dtype") == "fp32" and r.get("workers") == 2 and r.get("time_us")
-              and r.get("bytes", 0) >= 2 * 4 * 2 and not r.get("wrong") and "error" not in r]
+    usable = _allreduce_rows(rows, 2)
     backends = sorted({r.get("backend") for r in usable}, key=lambda b: -sum(r.get("backend") == b for r in usable))
     if backend is None and backends:
         backend = backends[0]
@@ -572,6 +568,17 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
 BACKEND_ALGORITHM = {"gloo": "ring", "nccl": "nccl"}
 
 
+def _allreduce_rows(rows: list[dict], workers: int) -> list[dict]:
+    """commbench's `sizes` rows of the fp32 all-reduce at `workers` workers that a fit may use:
+    timed, right, and from 2 elements per rank up (a smaller all-reduce is not a ring: Gloo's ring
+    splits the buffer into one chunk per rank; one 4-byte element took 0.27 ms across two
+    emulated hosts, 16 bytes 1.5 ms; least relative squares would take its alpha from that point
+    alone)."""
+    return [r for r in rows if r.get("mode", "sizes") == "sizes" and r.get("collective") == "all_reduce"
+            and r.get("dtype") == "fp32" and r.get("workers") == workers and r.get("time_us")
+            and r.get("bytes", 0) >= 2 * 4 * workers and not r.get("wrong") and "error" not in r]
+
+
 def _by_ranks(rows: list[dict], backend: str) -> dict:
     """{workers: (sizes, times, a, b)} for every worker count above 2 that commbench's `sizes`
     mode measured with `backend` (fp32 all-reduce, at least 2 elements per rank, two sizes or
@@ -579,10 +586,7 @@ def _by_ranks(rows: list[dict], backend: str) -> dict:
     2-core machine 4 processes took 6-12 ms for a 1 KiB all-reduce, against 0.6-0.9 ms for 2)."""
     out = {}
     for w in sorted({r.get("workers") for r in rows if isinstance(r.get("workers"), int) and r["workers"] > 2}):
-        usable = [r for r in rows if r.get("mode", "sizes") == "sizes" and r.get("collective") == "all_reduce"
-                  and r.get("dtype") == "fp32" and r.get("workers") == w and r.get("backend") == backend
-                  and r.get("time_us") and r.get("bytes", 0) >= 2 * 4 * w and not r.get("wrong") and "error" not in r]
-        fit = _fit_sizes(usable)
+        fit = _fit_sizes([r for r in _allreduce_rows(rows, w) if r.get("backend") == backend])
         if fit is not None:
             out[w] = fit
     return out

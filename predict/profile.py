@@ -237,13 +237,14 @@ def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, 
     size; every iteration's wall time kept (`iteration_s`: their spread is what synchronised
     workers wait for, `Profile.sync_factor`). Its one-worker throughput is its own (batch /
     compute). On the CPU, `threads`: the intra-op threads one worker of the predicted run will
-    have (the launchers share the cores out, config.threads_for), else this process's; `sharers`: the workers of that run on this
-    machine's cores (CLUSTER=local and emulated: all of them), so `sharers - 1` other processes
-    run the same training step at the same threads while this one measures: the device one
-    worker of that run gets (tiny-resnet here: 9 ms per step alone at one thread, 10-12 ms beside
-    a second copy, 22-25 ms beside three on two cores). No communication runs: it is a one-worker
-    profile on a shared machine, not a multi-worker result. Both are named in the source. Cached
-    per model, batch, device, threads, sharers and window, in `cache_dir` (default CACHE_DIR)."""
+    have (the launchers share the cores out, config.threads_for), else this process's;
+    `sharers`: the workers of that run on this machine's cores (CLUSTER=local and emulated: all
+    of them), so `sharers - 1` other processes run the same training step at the same threads
+    while this one measures: the device one worker of that run gets (tiny-resnet here: 9 ms per
+    step alone at one thread, 10-12 ms beside a second copy, 22-25 ms beside three on two cores).
+    No communication runs: it is a one-worker profile on a shared machine, not a multi-worker
+    result. Both are named in the source. Cached per model, batch, device, threads, sharers and
+    window, in `cache_dir` (default CACHE_DIR)."""
     import torch
 
     dev = torch.device(device)
