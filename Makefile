@@ -205,7 +205,8 @@ bench-emulated: install
 # that calibrate their runs (into <records>/profiles: what a worker gets beside others drifts over
 # minutes on a shared machine, so they are measured beside the runs); the predictor's check:
 # `python benchmarks/predict_validation.py --results $(RESULTS)/local --local-network loopback`
-# (or the local-<hostname> that make commbench wrote; WORKERS=4 also times the 4-worker all-reduce).
+# (or the local-<hostname> that make commbench wrote; WORKERS=4 also times the 4-worker all-reduce,
+# COLLECTIVES=all_reduce,reduce,broadcast the reduce and broadcast inside a per-machine PS node).
 bench-local: install
 	$(call bench_many,results_dir=$(RESULTS)/local)
 	$(call bench_one,results_dir=$(RESULTS)/local)

@@ -127,9 +127,10 @@ class Cluster:
                                   # ps mode); None: `inter`, as for the study's BytePS over RDMA
     host_cpu: HostCpu | None = None  # every host on one machine's cores (local, emulated): what a PS
                                      # message costs them; None: each worker has a machine of its own
-    measured_allreduce: dict = field(default_factory=dict)  # ranks -> Link: the whole all-reduce at that
-                                     # many ranks as make commbench timed it here (t = a + b n), in this
-                                     # config's own placement; its algorithm is `measured_algorithm`
+    measured: dict = field(default_factory=dict)  # collective (all_reduce, reduce, broadcast) -> ranks ->
+                                     # Link: the whole collective at that many ranks as make commbench
+                                     # timed it here (t = a + b n), in this config's own placement, with
+                                     # the backend that runs `measured_algorithm`
     measured_algorithm: str = "ring"  # the algorithm the measuring backend ran (Gloo: ring; NCCL: nccl)
     measured_on_one_machine: bool = False  # those ranks shared one machine's cores (a local commbench)
 
@@ -200,12 +201,13 @@ class Cluster:
 
     def allreduce_s(self, nbytes: float, workers: int, algorithm: str = "nccl") -> float:
         """One all-reduce of n bytes on `workers` workers: measured where make commbench timed
-        this many ranks with the backend that runs `algorithm` (`measured_allreduce`), else the
+        this many ranks with the backend that runs `algorithm` (`measured`), else the
         algorithm's model over the links (module docstring)."""
         if workers == 1:
             return 0.0
-        if algorithm == self.measured_algorithm and workers in self.measured_allreduce:
-            return self.measured_allreduce[workers].time_s(nbytes)
+        measured = self.measured_s("all_reduce", nbytes, workers, algorithm)
+        if measured is not None:
+            return measured
         if algorithm == "ring":
             return self.ring_allreduce_s(nbytes, workers)
         if algorithm == "tree":
@@ -226,6 +228,22 @@ class Cluster:
         if g <= 1:
             return 0.0
         return (g - 1) * self.intra.time_s(nbytes / g) + self.intra.beta_s_per_byte * nbytes / g
+
+    def measured_s(self, collective: str, nbytes: float, ranks: int, algorithm: str) -> float | None:
+        """One `collective` of n bytes on `ranks` ranks as make commbench timed it here, where it
+        did so with the backend that runs `algorithm`; else None."""
+        link = self.measured.get(collective, {}).get(ranks) if algorithm == self.measured_algorithm else None
+        return None if link is None else link.time_s(nbytes)
+
+    def node_stage_s(self, collective: str, nbytes: float, g: int, algorithm: str) -> float:
+        """One stage of a PS machine's node over its g workers (methods.ps_node, over the node's
+        group): `reduce` of n bytes onto its leader (dist.reduce), or the leader's `broadcast` of
+        the pulled sum (dist.broadcast). Measured where make commbench timed that collective at
+        g ranks in this placement (`measured`), else `intra_reduce_s`."""
+        if g <= 1:
+            return 0.0
+        measured = self.measured_s(collective, nbytes, g, algorithm)
+        return self.intra_reduce_s(nbytes, g) if measured is None else measured
 
     def server_sum_s(self, nbytes: float, threads: int) -> float:
         """One engine thread summing one push of n bytes into the key's sum: reads both, writes
@@ -283,7 +301,7 @@ def with_intra(cluster: Cluster, node_name: str) -> Cluster:
     if node.intra is None:
         raise ValueError(f"network {node_name!r} has no intra-node link; accepted: a node config such as pcie3x16")
     return replace(cluster, intra=node.intra, gpus_per_node=node.gpus_per_node, name=f"{cluster.name}+{node_name}",
-                   sources={**cluster.sources, "intra": node.sources.get("intra", node_name)}, measured_allreduce={})
+                   sources={**cluster.sources, "intra": node.sources.get("intra", node_name)}, measured={})
 
 
 def with_nodes(cluster: Cluster, workers_per_node: int, link: Link, source: str,
@@ -295,7 +313,7 @@ def with_nodes(cluster: Cluster, workers_per_node: int, link: Link, source: str,
     return replace(cluster, intra=link, gpus_per_node=workers_per_node,
                    description=f"{cluster.description}; {workers_per_node} workers per machine",
                    sources={**cluster.sources, "placement": source},
-                   measured_allreduce=cluster.measured_allreduce if same_placement else {})
+                   measured=cluster.measured if same_placement else {})
 
 
 def on_one_machine(cluster: Cluster, workers_per_node: int) -> Cluster:
@@ -307,7 +325,8 @@ def on_one_machine(cluster: Cluster, workers_per_node: int) -> Cluster:
     endpoint, as make commbench measured it) would give every worker a machine and a server of
     its own. Every link is the one measured between two processes here (the config's `inter`,
     else its `intra`); all-reduces make commbench timed on this machine's cores at a run's
-    worker count are that run's (`Cluster.measured_allreduce`: W processes here, as the run)."""
+    worker count are that run's (`Cluster.measured`: W processes here, as the run): its
+    all-reduces, and per-machine PS's reduce and broadcast inside its node."""
     link = cluster.inter or cluster.intra
     if link is None:
         raise ValueError(f"network {cluster.name!r} has no link between processes; accepted: a config with "
@@ -469,32 +488,42 @@ def load(name: str, directory: Path | None = None) -> Cluster:
     if host_cpu is not None and (host_cpu.cores < 1 or host_cpu.s_per_message < 0 or host_cpu.s_per_byte < 0):
         raise ValueError(f"network {name!r}: host_cpu {cpu} is invalid; accepted: cores >= 1, s_per_message and "
                          f"s_per_byte >= 0")
-    measured, one_machine, algorithm = _measured_allreduce(spec.get("inter"), name)
+    measured, one_machine, algorithm = _measured(spec.get("inter"), name)
     if rate_bps is not None:
         measured = {}  # an emulated wire's slope is the tc rate's (emulated_wire), not a fit's
     return Cluster(name=spec.get("name", name), intra=intra, inter=inter,
                    gpus_per_node=int(gpus or 1), server_mem_Bps=float(spec.get("server_mem_GBps", 0)) * 1e9,
                    mgwfbp_table=table, description=spec.get("description", ""), sources=sources, ps=ps,
-                   host_cpu=host_cpu, measured_allreduce=measured, measured_algorithm=algorithm,
+                   host_cpu=host_cpu, measured=measured, measured_algorithm=algorithm,
                    measured_on_one_machine=one_machine)
 
 
-def _measured_allreduce(spec, name: str) -> tuple[dict, bool, str]:
-    """({ranks: Link of the whole all-reduce}, measured on one machine's cores, its algorithm)
-    from an `inter: allreduce: by_ranks:` that make commbench wrote, else ({}, False, "ring")."""
-    a = (spec or {}).get("allreduce") or {}
-    by_ranks = {}
-    for ranks, fit in (a.get("by_ranks") or {}).items():
-        link = Link(float(fit["alpha_s"]), float(fit["beta_s_per_byte"]))
-        if int(ranks) < 2 or link.alpha_s < 0 or link.beta_s_per_byte < 0:
-            raise ValueError(f"network {name!r}: by_ranks {ranks}: {fit} is invalid; accepted: ranks >= 2, "
-                             f"alpha_s and beta_s_per_byte >= 0")
-        by_ranks[int(ranks)] = link
+# commbench's collective -> its key under a config's `inter:` (the all-reduce's is the link's own).
+MEASURED_KEYS = {"all_reduce": "allreduce", "reduce": "reduce", "broadcast": "broadcast"}
+
+
+def _measured(spec, name: str) -> tuple[dict, bool, str]:
+    """({collective: {ranks: Link of the whole collective}}, measured on one machine's cores, the
+    backend's algorithm) from the `by_ranks:` fits that make commbench wrote under `inter:`
+    (`allreduce:`, `reduce:`, `broadcast:`), else ({}, False, "ring")."""
+    spec = spec or {}
+    a = spec.get("allreduce") or {}
+    measured = {}
+    for collective, key in MEASURED_KEYS.items():
+        by_ranks = {}
+        for ranks, fit in ((spec.get(key) or {}).get("by_ranks") or {}).items():
+            link = Link(float(fit["alpha_s"]), float(fit["beta_s_per_byte"]))
+            if int(ranks) < 2 or link.alpha_s < 0 or link.beta_s_per_byte < 0:
+                raise ValueError(f"network {name!r}: {key} by_ranks {ranks}: {fit} is invalid; accepted: ranks >= 2, "
+                                 f"alpha_s and beta_s_per_byte >= 0")
+            by_ranks[int(ranks)] = link
+        if by_ranks:
+            measured[collective] = by_ranks
     algorithm = a.get("algorithm", "ring")
     if algorithm not in ALGORITHMS:
         raise ValueError(f"network {name!r}: allreduce algorithm {algorithm!r} is unknown; accepted: "
                          f"{', '.join(ALGORITHMS)}")
-    return by_ranks, bool(a.get("one_machine", False)), algorithm
+    return measured, bool(a.get("one_machine", False)), algorithm
 
 
 # -- the user's own network, from commbench ------------------------------------------------------
@@ -509,10 +538,13 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
     fitted by the predictor's fit (methods.mgwfbp.fit_alpha_beta: least relative squares, a, b
     >= 0), kept as a 2-rank all-reduce (per link: alpha = a / 2, beta = b). One worker per node:
     every worker of a local run is its own endpoint on the measured path. The data it came from
-    is written into the config beside its source. `shared_cores`: the ranks ran on one machine's
-    cores (one host, or emulated hosts of it), so its PS bursts give `host_cpu`; across a Slurm
-    job's nodes they did not, and no `host_cpu` is written."""
-    usable = _allreduce_rows(rows, 2)
+    is written into the config beside its source. Each other worker count's all-reduce, and
+    every worker count's reduce and broadcast, that the same backend timed get fits of their own
+    (`_by_ranks`: `by_ranks:` under `inter:`'s `allreduce:`, `reduce:`, `broadcast:`).
+    `shared_cores`: the ranks ran on one machine's cores (one host, or emulated hosts of it), so
+    its PS bursts give `host_cpu`; across a Slurm job's nodes they did not, and no `host_cpu` is
+    written."""
+    usable = _collective_rows(rows, 2)
     backends = sorted({r.get("backend") for r in usable}, key=lambda b: -sum(r.get("backend") == b for r in usable))
     if backend is None and backends:
         backend = backends[0]
@@ -533,18 +565,23 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
                              f"(methods.mgwfbp.fit_alpha_beta), a = {a:.4g} s, b = {b:.4g} s/B"},
         "data": {"bytes": sizes, "time_s": times},
     }
-    by_ranks = _by_ranks(rows, backend) if backend in BACKEND_ALGORITHM else {}
-    if by_ranks:
-        out["inter"]["allreduce"].update(by_ranks={w: {"alpha_s": fa, "beta_s_per_byte": fb}
-                                                   for w, (_, _, fa, fb) in by_ranks.items()},
-                                         algorithm=BACKEND_ALGORITHM[backend], one_machine=shared_cores)
-        out["sources"]["by_ranks"] = (
-            f"{source}: fp32 all_reduce, {backend} on {device}, at "
+    for collective, key in MEASURED_KEYS.items() if backend in BACKEND_ALGORITHM else ():
+        by_ranks = _by_ranks(rows, backend, collective)
+        if not by_ranks:
+            continue
+        out["inter"].setdefault(key, {})["by_ranks"] = {w: {"alpha_s": fa, "beta_s_per_byte": fb}
+                                                       for w, (_, _, fa, fb) in by_ranks.items()}
+        out["inter"]["allreduce"].update(algorithm=BACKEND_ALGORITHM[backend], one_machine=shared_cores)
+        use = ("all-reduces" if collective == "all_reduce"
+               else f"per-machine PS's {collective} inside a machine of that many workers")
+        out["sources"]["by_ranks" if collective == "all_reduce" else key] = (
+            f"{source}: fp32 {collective}, {backend} on {device}, at "
             + "; ".join(f"{w} workers ({len(fs)} sizes {fs[0]}..{fs[-1]} B: a = {fa:.4g} s, b = {fb:.4g} s/B)"
                         for w, (fs, _, fa, fb) in by_ranks.items())
-            + "; the same fit, used as measured for runs of that many workers"
+            + f"; the same fit, used as measured for {use} in runs of that many workers"
             + (" on this machine's cores" if shared_cores else " one per node"))
-        out["data_by_ranks"] = {w: {"bytes": fs, "time_s": ft} for w, (fs, ft, _, _) in by_ranks.items()}
+        out["data_by_ranks" if collective == "all_reduce" else f"data_{key}"] = {
+            w: {"bytes": fs, "time_s": ft} for w, (fs, ft, _, _) in by_ranks.items()}
     ps = _ps_fit(rows)
     if ps is not None:
         (alpha, beta, ps_sizes, ps_times, partition) = ps
@@ -568,25 +605,28 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
 BACKEND_ALGORITHM = {"gloo": "ring", "nccl": "nccl"}
 
 
-def _allreduce_rows(rows: list[dict], workers: int) -> list[dict]:
-    """commbench's `sizes` rows of the fp32 all-reduce at `workers` workers that a fit may use:
+def _collective_rows(rows: list[dict], workers: int, collective: str = "all_reduce") -> list[dict]:
+    """commbench's `sizes` rows of an fp32 `collective` at `workers` workers that a fit may use:
     timed, right, and from 2 elements per rank up (a smaller all-reduce is not a ring: Gloo's ring
     splits the buffer into one chunk per rank; one 4-byte element took 0.27 ms across two
     emulated hosts, 16 bytes 1.5 ms; least relative squares would take its alpha from that point
     alone)."""
-    return [r for r in rows if r.get("mode", "sizes") == "sizes" and r.get("collective") == "all_reduce"
+    return [r for r in rows if r.get("mode", "sizes") == "sizes" and r.get("collective") == collective
             and r.get("dtype") == "fp32" and r.get("workers") == workers and r.get("time_us")
             and r.get("bytes", 0) >= 2 * 4 * workers and not r.get("wrong") and "error" not in r]
 
 
-def _by_ranks(rows: list[dict], backend: str) -> dict:
-    """{workers: (sizes, times, a, b)} for every worker count above 2 that commbench's `sizes`
-    mode measured with `backend` (fp32 all-reduce, at least 2 elements per rank, two sizes or
-    more): what W ranks here take, where the 2-rank fit's links would only extrapolate (on a
-    2-core machine 4 processes took 6-12 ms for a 1 KiB all-reduce, against 0.6-0.9 ms for 2)."""
+def _by_ranks(rows: list[dict], backend: str, collective: str = "all_reduce") -> dict:
+    """{workers: (sizes, times, a, b)} for every worker count that commbench's `sizes` mode
+    measured `collective` at with `backend` (fp32, at least 2 elements per rank, two sizes or
+    more), above 2 for the all-reduce (whose 2-rank fit is the links'): what W ranks here take,
+    where the 2-rank links would only extrapolate (on a 2-core machine 4 processes took 6-12 ms
+    for a 1 KiB all-reduce, against 0.6-0.9 ms for 2; and 4-7 ms for a 1 KiB reduce, which the
+    links put at 1.3 ms)."""
+    least = 3 if collective == "all_reduce" else 2
     out = {}
-    for w in sorted({r.get("workers") for r in rows if isinstance(r.get("workers"), int) and r["workers"] > 2}):
-        fit = _fit_sizes([r for r in _allreduce_rows(rows, w) if r.get("backend") == backend])
+    for w in sorted({r.get("workers") for r in rows if isinstance(r.get("workers"), int) and r["workers"] >= least}):
+        fit = _fit_sizes([r for r in _collective_rows(rows, w, collective) if r.get("backend") == backend])
         if fit is not None:
             out[w] = fit
     return out

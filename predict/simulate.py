@@ -25,10 +25,12 @@ same thing at the same time, and a server receives a partition from all m machin
 - all-reduce methods: one NCCL stream per worker, so collectives run one at a time in launch
   order, each costing `Cluster.allreduce_s` (stack study: NCCL 2.4's size threshold between tree
   and ring; else the faster of the two; where make commbench timed the run's worker count in
-  the run's placement, that measurement, `Cluster.measured_allreduce`); BSP launches after
+  the run's placement, that measurement, `Cluster.measured`); BSP launches after
   backward, the others from the hook of the group's last gradient (overlap with backward); fused
   groups pay a pack and an unpack copy at the GPU's memory bandwidth;
-- PS methods, per machine (BytePS): per partition, a reduce inside the node over its NCCL stream,
+- PS methods, per machine (BytePS): per partition, a reduce inside the node over its NCCL stream
+  (where make commbench timed a reduce and a broadcast at the node's worker count in the run's
+  placement, those fits: `Cluster.node_stage_s`),
   a push on the machine's uplink, the server's downlink taking all m machines' pushes (m x the
   bytes: the contention the servers see), the summing on the key's engine thread, a pull on the
   server's uplink (m x the bytes) and the machine's downlink, and a broadcast inside the node.
@@ -383,7 +385,7 @@ class PSComm:
 
     def __init__(self, sim: Sim, cluster: Cluster, workers: int, message_numels: list[int], element_size: int,
                  method_cfg: dict, opts: Options, server_schedule: bool):
-        self.sim, self.cluster = sim, cluster
+        self.sim, self.cluster, self.algorithm = sim, cluster, opts.algorithm
         self.m, self.g = cluster.nodes(workers)
         self.S = opts.servers or self.m
         self.pushers = pushers(cluster, workers, method_cfg, opts)
@@ -427,13 +429,15 @@ class PSComm:
     def _part(self, part, pushed, done) -> None:
         c, sim = self.cluster, self.sim
         nbytes = part.numel * self.esize
-        node_s = c.intra_reduce_s(nbytes, self.g) if self.per_machine == 1 else 0.0  # per-gpu: no node stage
+        node = self.per_machine == 1  # per-gpu: no node stage
+        reduce_s = c.node_stage_s("reduce", nbytes, self.g, self.algorithm) if node else 0.0
+        broadcast_s = c.node_stage_s("broadcast", nbytes, self.g, self.algorithm) if node else 0.0
 
         def broadcast():
-            self.node.submit((node_s, 0.0, None, done))
+            self.node.submit((broadcast_s, 0.0, None, done))
 
         if self.local_only:
-            self.node.submit((node_s, 0.0, None, lambda: (pushed(), broadcast())))
+            self.node.submit((reduce_s, 0.0, None, lambda: (pushed(), broadcast())))
             return
         inter: Link = c.ps or c.inter  # the PS wire where measured (commbench's ps mode)
         k = part.server
@@ -473,7 +477,7 @@ class PSComm:
             mine = self.per_machine * nbytes  # the machine's pushes (per-gpu: each of its workers')
             self.up.submit((self.up.timed(mine, inter.time_s(mine)), 0.0, push_started, None))
 
-        self.node.submit((node_s, 0.0, None, reduced))
+        self.node.submit((reduce_s, 0.0, None, reduced))
 
 
 # -- methods --------------------------------------------------------------------------------
@@ -828,7 +832,8 @@ def explain(method: str, profile: Profile, cluster: Cluster, workers: int, opts:
 
     def without(**terms) -> float:
         what_if = replace(cluster, **{k: link(getattr(cluster, k), **terms) for k in ("intra", "inter", "ps")},
-                          measured_allreduce={w: link(l, **terms) for w, l in cluster.measured_allreduce.items()})
+                          measured={c: {w: link(l, **terms) for w, l in by_ranks.items()}
+                                    for c, by_ranks in cluster.measured.items()})
         return max(0.0, base - simulate(method, profile, what_if, workers, opts, plan).period_s)
 
     shares = {"compute": profile.compute_s,

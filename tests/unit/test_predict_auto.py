@@ -210,10 +210,10 @@ def test_commbench_times_more_workers_and_their_runs_are_predicted_with_it(tmp_p
     assert c.allreduce_s(n, 2, "ring") == pytest.approx(1e-4 + 2e-9 * n)
     # a local run is 4 processes on this machine, as measured; 2 workers a host elsewhere is not
     assert network.on_one_machine(c, 4).allreduce_s(n, 4, "ring") == pytest.approx(a4 + b4 * n)
-    assert network.with_nodes(c, 2, c.inter, "test").measured_allreduce == {}
+    assert network.with_nodes(c, 2, c.inter, "test").measured == {}
     across = network.commbench_network(commbench_rows() + four, "slurm-p", "test", shared_cores=False)
     network.write_config(across, tmp_path)
-    assert network.on_one_machine(network.load("slurm-p", tmp_path), 4).measured_allreduce == {}
+    assert network.on_one_machine(network.load("slurm-p", tmp_path), 4).measured == {}
     assert network.load("slurm-p", tmp_path).allreduce_s(n, 4, "ring") == pytest.approx(a4 + b4 * n)  # one per node
     # the simulator pays it, and explain's latency share is its a: one BSP all-reduce after a
     # compute-free step on 4 one-worker machines
@@ -221,6 +221,43 @@ def test_commbench_times_more_workers_and_their_runs_are_predicted_with_it(tmp_p
     opts = simulate.Options(stack="ddlbench", backend="gloo")
     assert simulate.simulate("bsp-a2a", prof, c, 4, opts).period_s == pytest.approx(a4 + b4 * n)
     assert simulate.explain("bsp-a2a", prof, c, 4, opts)["shares_s"]["latency"] == pytest.approx(a4)
+
+
+def test_commbench_times_the_reduce_and_broadcast_inside_a_ps_machine_and_local_runs_pay_them(tmp_path):
+    """Per-machine PS reduces each partition onto the machine's leader and broadcasts the pulled
+    sum back (methods.ps_node: dist.reduce, dist.broadcast over the node's group). Four Gloo
+    processes on this VM's 2 cores took 4-7 ms for a 1 KiB reduce, which the 2-rank links put at
+    1.3 ms. Where make commbench timed them at a machine's worker count, a local run's node stage
+    is that fit (by hand below); elsewhere, and for another backend's algorithm, the links'."""
+    from ddlbench.predict import simulate
+
+    (ar, br), (ab, bb), n = (5e-3, 3e-9), (1e-3, 1e-9), 1 << 20
+    node = [{**commbench_rows()[0], "collective": c, "workers": w, "bytes": size, "time_us": (a + b * size) * 1e6}
+            for c, a, b in (("reduce", ar, br), ("broadcast", ab, bb)) for w in (2, 4) for size in (1024, n)]
+    spec = network.commbench_network(commbench_rows() + node, "local-box", "test data")
+    assert spec["inter"]["reduce"]["by_ranks"] == {w: pytest.approx({"alpha_s": ar, "beta_s_per_byte": br})
+                                                   for w in (2, 4)}
+    assert spec["inter"]["broadcast"]["by_ranks"][4] == pytest.approx({"alpha_s": ab, "beta_s_per_byte": bb})
+    assert "by_ranks" not in spec["inter"]["allreduce"]  # no all-reduce above 2 ranks was timed
+    assert spec["inter"]["allreduce"]["one_machine"] and "reduce inside a machine" in spec["sources"]["reduce"]
+    network.write_config(spec, tmp_path)
+    c = network.load("local-box", tmp_path)
+    here = network.on_one_machine(c, 4)  # a local run of 4: one machine of 4 workers, as measured
+    assert here.node_stage_s("reduce", n, 4, "ring") == pytest.approx(ar + br * n)
+    assert here.node_stage_s("broadcast", n, 4, "ring") == pytest.approx(ab + bb * n)
+    links = network.with_nodes(c, 4, c.inter, "test")  # another placement: the links' model
+    assert links.node_stage_s("reduce", n, 4, "ring") == links.node_stage_s("broadcast", n, 4, "ring") == \
+        pytest.approx(3 * c.inter.time_s(n / 4) + c.inter.beta_s_per_byte * n / 4)
+    assert here.node_stage_s("reduce", n, 4, "nccl") == pytest.approx(links.node_stage_s("reduce", n, 4, "nccl"))
+    assert here.node_stage_s("reduce", n, 1, "ring") == 0.0
+    # BSP-PS of one compute-free partition: reduce, then the round to the server, then broadcast;
+    # the node stage is all that differs between the two placements
+    prof = Profile("toy", 1, ["p"], [n // 4], 4, ["p"], [0.0], [0.0], 0.0, 0.0, [0.0], "test", 1.0)
+    opts = simulate.Options(stack="ddlbench", backend="gloo")
+    measured, modelled = (simulate.simulate("bsp-ps", prof, cl, 4, opts).period_s for cl in (here, links))
+    assert measured - modelled == pytest.approx(ar + br * n + ab + bb * n - 2 * links.node_stage_s("reduce", n, 4, "ring"))
+    what_if = simulate.explain("bsp-ps", prof, here, 4, opts)["shares_s"]
+    assert what_if["latency"] >= ar + ab  # explain's latency what-if zeroes the measured a's too
 
 
 def test_commbench_writes_this_machines_network_under_its_own_name(tmp_path, monkeypatch, capsys):
