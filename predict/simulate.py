@@ -102,7 +102,13 @@ Measured, not modelled yet (each alone moves other methods the wrong way):
   multiplying 256 x 256 matrices beside it, took 1.7-2.5 ms on average for a 1 KiB all-reduce
   (0.4-0.5 ms median: a call now and then waits out a scheduler slice) against 0.55-0.92 ms
   alone. commbench times its all-reduces on idle workers; WFBP's and ByteScheduler's messages
-  leave during backward.
+  leave during backward;
+- the cores a local run's other processes take: at 2 workers on 2 cores, commbench's 2-rank
+  reduce (0.31 ms, a core per rank) is a third of what the run's node stage pays beside its
+  server and dispatcher threads (its trace: 29 messages drain after backward at about 1.4 ms
+  each, the reduces issued during backward all finish after it, Gloo's TCP loop threads busy a
+  third of the cores), so 2-worker local PS runs are predicted 23-183% too fast; at 4 workers
+  commbench's 4 ranks contend as the run does, and its fits match (-6 to +3%).
 """
 from __future__ import annotations
 
