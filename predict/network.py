@@ -565,13 +565,14 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
                              f"(methods.mgwfbp.fit_alpha_beta), a = {a:.4g} s, b = {b:.4g} s/B"},
         "data": {"bytes": sizes, "time_s": times},
     }
-    for collective, key in MEASURED_KEYS.items() if backend in BACKEND_ALGORITHM else ():
-        by_ranks = _by_ranks(rows, backend, collective)
-        if not by_ranks:
-            continue
+    fits = {c: _by_ranks(rows, backend, c) for c in MEASURED_KEYS} if backend in BACKEND_ALGORITHM else {}
+    fits = {c: by_ranks for c, by_ranks in fits.items() if by_ranks}
+    if fits:
+        out["inter"]["allreduce"].update(algorithm=BACKEND_ALGORITHM[backend], one_machine=shared_cores)
+    for collective, by_ranks in fits.items():
+        key = MEASURED_KEYS[collective]
         out["inter"].setdefault(key, {})["by_ranks"] = {w: {"alpha_s": fa, "beta_s_per_byte": fb}
                                                        for w, (_, _, fa, fb) in by_ranks.items()}
-        out["inter"]["allreduce"].update(algorithm=BACKEND_ALGORITHM[backend], one_machine=shared_cores)
         use = ("all-reduces" if collective == "all_reduce"
                else f"per-machine PS's {collective} inside a machine of that many workers")
         out["sources"]["by_ranks" if collective == "all_reduce" else key] = (
