@@ -206,7 +206,9 @@ bench-emulated: install
 # minutes on a shared machine, so they are measured beside the runs); the predictor's check:
 # `python benchmarks/predict_validation.py --results $(RESULTS)/local --local-network loopback`
 # (or the local-<hostname> that make commbench wrote; WORKERS=4 also times the 4-worker all-reduce,
-# COLLECTIVES=all_reduce,reduce,broadcast the reduce and broadcast inside a per-machine PS node).
+# COLLECTIVES=all_reduce,reduce,broadcast the reduce and broadcast inside a per-machine PS node,
+# CB_MODE=sizes,fusion,ps FUSION_MODELS=tiny-resnet,resnet50 the speed of Gloo's two concurrent
+# all-reduces).
 bench-local: install
 	$(call bench_many,results_dir=$(RESULTS)/local)
 	$(call bench_one,results_dir=$(RESULTS)/local)
@@ -226,10 +228,12 @@ COLLECTIVES ?= all_reduce
 DTYPES      ?= fp32,fp16
 MAX_BYTES   ?= 64MiB
 CB_MODE     ?= sizes,groups,fusion,ps
+FUSION_MODELS ?= resnet50,bert-base
 DEVICES     ?= cpu
 commbench: install
 	$(PY) -m ddlbench.commbench --workers $(CB_WORKERS) --backends $(BACKENDS) --collectives $(COLLECTIVES) \
 		--dtypes $(DTYPES) --devices $(DEVICES) --max-bytes $(MAX_BYTES) $(if $(ITERS),--iters $(ITERS)) --mode $(CB_MODE) --results $(RESULTS) \
+		--fusion-models $(FUSION_MODELS) \
 		$(if $(LINK),--link $(LINK)) $(if $(filter slurm,$(CLUSTER)),--slurm $(if $(PARTITION),--partition $(PARTITION)) \
 		$(if $(TIME_MIN),--time-min $(TIME_MIN)) $(foreach o,$(SBATCH),--sbatch $(o)))
 

@@ -46,6 +46,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 ALGORITHMS = ("nccl", "nccl-2.4", "ring", "tree", "hierarchical")
+GLOO_THREADS = 2  # ProcessGroupGloo's worker threads (its Options' default, `_threads`): async
+                  # collectives run on the next free one, so two at once
 
 
 def seconds_at(nbytes: int, gbps: float) -> float:
@@ -133,6 +135,11 @@ class Cluster:
                                      # the backend that runs `measured_algorithm`
     measured_algorithm: str = "ring"  # the algorithm the measuring backend ran (Gloo: ring; NCCL: nccl)
     measured_on_one_machine: bool = False  # those ranks shared one machine's cores (a local commbench)
+    lane_speed: dict = field(default_factory=dict)  # ranks -> the speed of each of GLOO_THREADS async
+                                     # all-reduces running at once, where make commbench timed a burst
+                                     # of them at that many ranks in this config's own placement
+                                     # (`lane_speed_by_ranks` under `inter: allreduce:`); else they
+                                     # run one at a time
 
     def nodes(self, workers: int) -> tuple[int, int]:
         """(machines m, GPUs per machine g) for `workers` workers, filling nodes g at a time."""
@@ -301,7 +308,8 @@ def with_intra(cluster: Cluster, node_name: str) -> Cluster:
     if node.intra is None:
         raise ValueError(f"network {node_name!r} has no intra-node link; accepted: a node config such as pcie3x16")
     return replace(cluster, intra=node.intra, gpus_per_node=node.gpus_per_node, name=f"{cluster.name}+{node_name}",
-                   sources={**cluster.sources, "intra": node.sources.get("intra", node_name)}, measured={})
+                   sources={**cluster.sources, "intra": node.sources.get("intra", node_name)}, measured={},
+                   lane_speed={})
 
 
 def with_nodes(cluster: Cluster, workers_per_node: int, link: Link, source: str,
@@ -313,7 +321,8 @@ def with_nodes(cluster: Cluster, workers_per_node: int, link: Link, source: str,
     return replace(cluster, intra=link, gpus_per_node=workers_per_node,
                    description=f"{cluster.description}; {workers_per_node} workers per machine",
                    sources={**cluster.sources, "placement": source},
-                   measured=cluster.measured if same_placement else {})
+                   measured=cluster.measured if same_placement else {},
+                   lane_speed=cluster.lane_speed if same_placement else {})
 
 
 def on_one_machine(cluster: Cluster, workers_per_node: int) -> Cluster:
@@ -489,13 +498,14 @@ def load(name: str, directory: Path | None = None) -> Cluster:
         raise ValueError(f"network {name!r}: host_cpu {cpu} is invalid; accepted: cores >= 1, s_per_message and "
                          f"s_per_byte >= 0")
     measured, one_machine, algorithm = _measured(spec.get("inter"), name)
+    lanes = _lane_speed(spec.get("inter"), name)
     if rate_bps is not None:
-        measured = {}  # an emulated wire's slope is the tc rate's (emulated_wire), not a fit's
+        measured, lanes = {}, {}  # an emulated wire's slope is the tc rate's (emulated_wire), not a fit's
     return Cluster(name=spec.get("name", name), intra=intra, inter=inter,
                    gpus_per_node=int(gpus or 1), server_mem_Bps=float(spec.get("server_mem_GBps", 0)) * 1e9,
                    mgwfbp_table=table, description=spec.get("description", ""), sources=sources, ps=ps,
                    host_cpu=host_cpu, measured=measured, measured_algorithm=algorithm,
-                   measured_on_one_machine=one_machine)
+                   measured_on_one_machine=one_machine, lane_speed=lanes)
 
 
 # commbench's collective -> its key under a config's `inter:` (the all-reduce's is the link's own).
@@ -526,6 +536,18 @@ def _measured(spec, name: str) -> tuple[dict, bool, str]:
     return measured, bool(a.get("one_machine", False)), algorithm
 
 
+def _lane_speed(spec, name: str) -> dict:
+    """{ranks: speed} from `lane_speed_by_ranks:` under `inter: allreduce:` (make commbench's
+    fusion mode), else {}."""
+    out = {}
+    for ranks, speed in (((spec or {}).get("allreduce") or {}).get("lane_speed_by_ranks") or {}).items():
+        if int(ranks) < 2 or not 0 < float(speed) <= 1:
+            raise ValueError(f"network {name!r}: allreduce lane_speed_by_ranks {ranks}: {speed!r} is invalid; "
+                             f"accepted: ranks >= 2, 0 < speed <= 1")
+        out[int(ranks)] = float(speed)
+    return out
+
+
 # -- the user's own network, from commbench ------------------------------------------------------
 def commbench_network(rows: list[dict], name: str, source: str, backend: str | None = None,
                       shared_cores: bool = True) -> dict:
@@ -540,7 +562,9 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
     every worker of a local run is its own endpoint on the measured path. The data it came from
     is written into the config beside its source. Each other worker count's all-reduce, and
     every worker count's reduce and broadcast, that the same backend timed get fits of their own
-    (`_by_ranks`: `by_ranks:` under `inter:`'s `allreduce:`, `reduce:`, `broadcast:`).
+    (`_by_ranks`: `by_ranks:` under `inter:`'s `allreduce:`, `reduce:`, `broadcast:`). Gloo's
+    fusion-mode bursts at a worker count with an all-reduce fit give that count's lane speed
+    (`_lane_speeds`: `lane_speed_by_ranks:` under `allreduce:`).
     `shared_cores`: the ranks ran on one machine's cores (one host, or emulated hosts of it), so
     its PS bursts give `host_cpu`; across a Slurm job's nodes they did not, and no `host_cpu` is
     written."""
@@ -567,7 +591,8 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
     }
     fits = {c: _by_ranks(rows, backend, c) for c in MEASURED_KEYS} if backend in BACKEND_ALGORITHM else {}
     fits = {c: by_ranks for c, by_ranks in fits.items() if by_ranks}
-    if fits:
+    lanes = _lane_speeds(rows, backend, (a, b), fits.get("all_reduce", {})) if backend == "gloo" else {}
+    if fits or lanes:
         out["inter"]["allreduce"].update(algorithm=BACKEND_ALGORITHM[backend], one_machine=shared_cores)
     for collective, by_ranks in fits.items():
         key = MEASURED_KEYS[collective]
@@ -583,6 +608,15 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
             + (" on this machine's cores" if shared_cores else " one per node"))
         out["data_by_ranks" if collective == "all_reduce" else f"data_{key}"] = {
             w: {"bytes": fs, "time_s": ft} for w, (fs, ft, _, _) in by_ranks.items()}
+    if lanes:
+        out["inter"]["allreduce"]["lane_speed_by_ranks"] = {w: speed for w, (speed, _) in lanes.items()}
+        out["sources"]["lanes"] = (
+            f"{source}: commbench's fusion mode, each model's per-tensor fp32 all-reduces launched at once, then "
+            f"waited ({backend} on {device}); the speed of each of Gloo's {GLOO_THREADS} concurrent all-reduces "
+            f"(simulate.lane_speed) at which that burst, each all-reduce timed alone by the fit above, takes the "
+            f"measured time; the median over models: "
+            + "; ".join(f"{w} workers {speed:.3f}" for w, (speed, _) in lanes.items()))
+        out["data_lanes"] = {w: per_model for w, (_, per_model) in lanes.items()}
     ps = _ps_fit(rows)
     if ps is not None:
         (alpha, beta, ps_sizes, ps_times, partition) = ps
@@ -630,6 +664,34 @@ def _by_ranks(rows: list[dict], backend: str, collective: str = "all_reduce") ->
         fit = _fit_sizes([r for r in _collective_rows(rows, w, collective) if r.get("backend") == backend])
         if fit is not None:
             out[w] = fit
+    return out
+
+
+def _lane_speeds(rows: list[dict], backend: str, two: tuple[float, float], by_ranks: dict) -> dict:
+    """{workers: (speed, {model: data})}: for every worker count whose all-reduce has a fit (2:
+    `two`; more: `by_ranks`) and whose fusion mode timed a model's per-tensor all-reduces (fp32,
+    `backend`), the lane speed (simulate.lane_speed) of each model's burst, measured as the median
+    over repeated records of the mean time, and the median over models."""
+    import statistics
+
+    from ddlbench.commbench.modes import gradient_numels
+    from ddlbench.predict.simulate import lane_speed
+
+    fits = {2: two, **{w: (fa, fb) for w, (_, _, fa, fb) in by_ranks.items()}}
+    bursts = [r for r in rows if r.get("mode") == "fusion" and r.get("strategy") == "per_tensor"
+              and r.get("dtype") == "fp32" and r.get("backend") == backend and r.get("workers") in fits
+              and r.get("time_us") and not r.get("wrong") and "error" not in r]
+    out = {}
+    for w in sorted({r["workers"] for r in bursts}):
+        a, b = fits[w]
+        per_model = {}
+        for model in sorted({r["model"] for r in bursts if r["workers"] == w}):
+            measured_s = statistics.median(float(r["time_us"]) * 1e-6 for r in bursts
+                                           if r["workers"] == w and r["model"] == model)
+            alone = [a + b * 4 * n for n in gradient_numels(model)]
+            per_model[model] = {"tensors": len(alone), "measured_s": measured_s, "alone_s": sum(alone),
+                                "speed": lane_speed(alone, measured_s, GLOO_THREADS)}
+        out[w] = (statistics.median(m["speed"] for m in per_model.values()), per_model)
     return out
 
 

@@ -27,7 +27,11 @@ same thing at the same time, and a server receives a partition from all m machin
   and ring; else the faster of the two; where make commbench timed the run's worker count in
   the run's placement, that measurement, `Cluster.measured`); BSP launches after
   backward, the others from the hook of the group's last gradient (overlap with backward); fused
-  groups pay a pack and an unpack copy at the GPU's memory bandwidth;
+  groups pay a pack and an unpack copy at the GPU's memory bandwidth. Gloo's process group runs
+  async collectives on its two threads (`network.GLOO_THREADS`), two at once: where make
+  commbench timed a burst of them at the run's worker count in the run's placement (its fusion
+  mode: a model's per-tensor all-reduces launched at once), they share two `Lanes` at the speed
+  that burst gives (`Cluster.lane_speed`, `lane_speed`); elsewhere one at a time;
 - PS methods, per machine (BytePS): per partition, a reduce inside the node over its NCCL stream
   (where make commbench timed a reduce and a broadcast at the node's worker count in the run's
   placement, those fits: `Cluster.node_stage_s`),
@@ -87,17 +91,12 @@ CreditQueue (push, pop, release) costs 0.47 us per partition on this project's C
 timeit over 400 partitions), so the queue's own cost is left out.
 
 Measured, not modelled yet (each alone moves other methods the wrong way):
-- Gloo's process group runs async collectives on two worker threads (ProcessGroupGloo's
-  default), so back-to-back all-reduces overlap: here commbench's fusion mode (ResNet-50's and
-  BERT-Base's tensors, one all-reduce each, all launched, then all waited) took 0.61-0.67 of
-  what the config's fit gives them one at a time, at 2 workers; 30 async calls against 30
-  blocking ones took 0.53-0.72 as long at 2 workers and 0.78-0.88 at 4 on 2 cores. The model
-  runs them one at a time: WFBP-A2A at 2 local workers is 33-42% below the runs. Discounting
-  queued all-reduces to 0.64 brings it to -14 / -1%, but puts ByteScheduler-A2A from +16 / +43%
-  to +70 / +109%;
 - this runtime's ByteScheduler dispatch: at 2 local workers its launches came 1.2 ms apart (the
   leader sends each choice to its followers over the control group, then launches), which the
-  one-worker calibration (no followers) does not see; the two belong together;
+  one-worker calibration (no followers) does not see. With Gloo's two lanes modelled, 2-worker
+  local ByteScheduler-A2A is predicted about twice its runs (264 against 129 samples/s; 228
+  one at a time), while WFBP-A2A, whose launches need no leader, came within 3% (-11% one at a
+  time);
 - a worker's messages while its cores compute: two Gloo workers here, each with a thread
   multiplying 256 x 256 matrices beside it, took 1.7-2.5 ms on average for a 1 KiB all-reduce
   (0.4-0.5 ms median: a call now and then waits out a scheduler slice) against 0.55-0.92 ms
@@ -125,7 +124,7 @@ from ddlbench.methods.mgwfbp import bench_sizes, fit_alpha_beta, merge_groups
 from ddlbench.methods.ps import EngineMap, ScheduledQueue, plan
 from ddlbench.methods.ps_node import TOPOLOGIES as PS_TOPOLOGIES
 
-from .network import ALGORITHMS, Cluster, Link
+from .network import ALGORITHMS, GLOO_THREADS, Cluster, Link
 from .profile import GPU_MEM_BPS, Profile
 
 METHODS = ("bsp-ps", "bsp-a2a", "wfbp-ps", "wfbp-a2a", "mg-wfbp", "bytescheduler-ps", "bytescheduler-a2a", "ddp")
@@ -337,16 +336,104 @@ def ring_bucket(cluster: Cluster, workers: int, algorithm: str) -> Bucket | None
     return Bucket(cluster.inter) if ring else None
 
 
+class Lanes:
+    """Collectives on a process group with `lanes` worker threads (Gloo's: ProcessGroupGloo runs
+    each async collective on the next free one of its threads, 2 by default): they start in
+    submission order, up to `lanes` at once, and while k run each progresses at `speed(k)` of its
+    own pace (speed(1) = 1): the threads share the machine's cores and the links. A job is
+    (duration alone, on_done). Processor sharing: whenever a job starts or ends, the others'
+    remaining work is brought up to date and the next end rescheduled."""
+
+    def __init__(self, sim: Sim, lanes: int, speed):
+        self.sim, self.lanes, self.speed = sim, lanes, speed
+        self.fifo: deque = deque()
+        self.running: dict[int, list] = {}  # job id -> [remaining seconds alone, on_done]
+        self.seq = self.version = 0
+        self.last = 0.0
+
+    def submit(self, dur_s: float, on_done) -> None:
+        self._advance()
+        self.fifo.append((dur_s, on_done))
+        self._fill()
+        self._schedule()
+
+    def _rate(self) -> float:
+        return self.speed(len(self.running)) if self.running else 1.0
+
+    def _advance(self) -> None:
+        now = self.sim.now
+        if self.running and now > self.last:
+            rate = self._rate()
+            for job in self.running.values():
+                job[0] -= (now - self.last) * rate
+        self.last = now
+
+    def _fill(self) -> None:
+        while self.fifo and len(self.running) < self.lanes:
+            self.seq += 1
+            self.running[self.seq] = list(self.fifo.popleft())
+
+    def _schedule(self) -> None:
+        self.version += 1
+        if self.running:
+            first = min(job[0] for job in self.running.values())
+            self.sim.at(self.sim.now + max(0.0, first) / self._rate(), self._end, self.version)
+
+    def _end(self, version: int) -> None:
+        if version != self.version:  # a start or an end since changed every job's pace
+            return
+        self._advance()
+        first = min(job[0] for job in self.running.values())
+        done = [j for j, job in self.running.items() if job[0] <= first + 1e-12]
+        callbacks = [self.running.pop(j)[1] for j in done]
+        self._fill()
+        self._schedule()
+        for on_done in callbacks:
+            if on_done is not None:
+                on_done()
+
+
+def lane_speed(durations_s: list[float], measured_s: float, lanes: int) -> float:
+    """The speed of each of `lanes` concurrent collectives (`Lanes`, with every lane busy) at which
+    the burst `durations_s` (each one's time alone, all submitted at once, as commbench's fusion
+    mode launches a model's per-tensor all-reduces and then waits for them) takes `measured_s`:
+    by bisection, the burst's time falling as the speed grows. Between 1 / (2 lanes) (sharing
+    slows every collective more than it overlaps) and 1 (a lane each costs nothing)."""
+    def burst_s(speed: float) -> float:
+        sim = Sim()
+        lanes_ = Lanes(sim, lanes, lambda k: 1.0 if k <= 1 else speed)
+        for d in durations_s:
+            lanes_.submit(d, None)
+        sim.run()
+        return sim.now
+    lo, hi = 1 / (2 * lanes), 1.0
+    if burst_s(lo) <= measured_s:
+        return lo
+    if burst_s(hi) >= measured_s:
+        return hi
+    for _ in range(40):  # to 2^-40 of the range; the burst's time falls as the speed grows
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if burst_s(mid) <= measured_s else (mid, hi)
+    return (lo + hi) / 2
+
+
 class AllReduceComm:
-    """One NCCL stream: collectives one at a time, in submission order."""
+    """One NCCL stream: collectives one at a time, in submission order. Where make commbench timed
+    a burst of the backend's async all-reduces at this worker count, in this placement
+    (`Cluster.lane_speed`: Gloo's two threads), they run as `Lanes` instead."""
 
     def __init__(self, sim: Sim, cluster: Cluster, workers: int, algorithm: str):
         self.stream = Station(sim, bucket=ring_bucket(cluster, workers, algorithm))
         self.cluster, self.workers, self.algorithm = cluster, workers, algorithm
+        speed = cluster.lane_speed.get(workers) if algorithm == cluster.measured_algorithm else None
+        self.lanes = Lanes(sim, GLOO_THREADS, lambda k: 1.0 if k <= 1 else speed) if speed else None
 
     def send(self, nbytes: int, extra_s: float, on_done) -> None:
         w = self.workers
         dur = self.cluster.allreduce_s(nbytes, w, self.algorithm)
+        if self.lanes is not None:
+            self.lanes.submit(dur + extra_s, on_done)
+            return
         self.stream.submit((self.stream.timed(ring_link_bytes(nbytes, w), dur, extra_s), 0.0, None, on_done))
 
 

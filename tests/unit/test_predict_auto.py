@@ -444,3 +444,36 @@ def test_each_stack_and_backend_times_the_all_reduce_its_library_runs(monkeypatc
     assert auto.main(["--model", "tiny-resnet", "--workers", "2", "--cluster", "local", "--network", "loopback"]) == 0
     assert seen["device"] == "cpu"
 
+
+
+def test_commbench_fusion_burst_gives_the_lane_speed_that_local_gloo_runs_use(tmp_path):
+    """commbench's fusion mode launches a model's per-tensor all-reduces at once and waits: on
+    Gloo's two threads they overlap. The config keeps the lane speed at which that burst, each
+    all-reduce timed alone by the same worker count's fit, takes the measured time."""
+    from ddlbench.commbench.modes import gradient_numels
+
+    a, b = 1e-4, 2e-9
+    alone = [a + b * 4 * n for n in gradient_numels("tiny-resnet")]
+    sim = simulate.Sim()
+    lanes = simulate.Lanes(sim, 2, lambda k: 1.0 if k <= 1 else 0.7)
+    for d in alone:
+        lanes.submit(d, None)
+    sim.run()
+    burst = {"mode": "fusion", "model": "tiny-resnet", "strategy": "per_tensor", "collective": "all_reduce",
+             "dtype": "fp32", "device": "cpu", "workers": 2, "backend": "gloo", "time_us": sim.now * 1e6, "wrong": 0}
+    rows = commbench_rows(a, b) + [burst, {**burst, "strategy": "fused", "time_us": 1.0},
+                                   {**burst, "workers": 3}]  # 3 workers: no all-reduce fit to time it by
+    spec = network.commbench_network(rows, "local-box", "test data")
+    assert spec["inter"]["allreduce"]["lane_speed_by_ranks"] == {2: pytest.approx(0.7)}
+    assert spec["data_lanes"][2]["tiny-resnet"]["alone_s"] == pytest.approx(sum(alone))
+    assert "fusion mode" in spec["sources"]["lanes"]
+    network.write_config(spec, tmp_path)
+    c = network.load("local-box", tmp_path)
+    assert c.lane_speed == {2: pytest.approx(0.7)} and network.on_one_machine(c, 2).lane_speed == c.lane_speed
+    assert "lane_speed_by_ranks" not in network.commbench_network(
+        [{**r, "backend": "nccl"} for r in rows], "x", "test")["inter"]["allreduce"]  # one NCCL stream
+    bad = yaml.safe_load((tmp_path / "local-box.yaml").read_text())
+    bad["inter"]["allreduce"]["lane_speed_by_ranks"] = {2: 1.5}
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
+    with pytest.raises(ValueError, match="lane_speed_by_ranks 2: 1.5 is invalid"):
+        network.load("bad", tmp_path)

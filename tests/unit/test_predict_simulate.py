@@ -491,3 +491,55 @@ def test_a_measured_profile_keeps_its_iterations(tmp_path, monkeypatch):
     del fields["iteration_s"]
     cached.write_text(json.dumps(fields))
     assert profile._read_cached(cached) is None
+
+
+def test_lanes_run_two_collectives_at_once_each_at_the_shared_speed_by_hand():
+    """Gloo's process group runs async collectives on two threads (`Lanes`): up to two at once in
+    submission order, each at the shared speed while both run, alone at full speed."""
+    sim = simulate.Sim()
+    lanes = simulate.Lanes(sim, 2, lambda k: 1.0 if k <= 1 else 0.75)
+    ends = {}
+    for name, d in (("a", 3.0), ("b", 1.0), ("c", 2.0)):
+        lanes.submit(d, lambda name=name: ends.setdefault(name, sim.now))
+    # a and b at 0.75: b ends at 1/0.75; a has 2 left and c starts: both end 2/0.75 later
+    sim.at(5.0, lanes.submit, 0.5, lambda: ends.setdefault("d", sim.now))  # alone: full speed
+    sim.run()
+    assert ends == pytest.approx({"b": 4 / 3, "a": 4.0, "c": 4.0, "d": 5.5})
+    # one running alone, then a second arrives: the first's rest is shared from then on
+    sim = simulate.Sim()
+    lanes = simulate.Lanes(sim, 2, lambda k: 1.0 if k <= 1 else 0.5)
+    ends = {}
+    lanes.submit(2.0, lambda: ends.setdefault("a", sim.now))
+    sim.at(1.0, lanes.submit, 1.0, lambda: ends.setdefault("b", sim.now))
+    sim.run()
+    assert ends == pytest.approx({"a": 3.0, "b": 3.0})
+
+
+def test_lane_speed_is_the_speed_at_which_a_burst_takes_its_measured_time_by_hand():
+    # four 1 s all-reduces on two lanes at speed s: two pairs, 2 / s
+    assert simulate.lane_speed([1.0] * 4, 2.5, 2) == pytest.approx(0.8)
+    assert simulate.lane_speed([1.0] * 4, 1.5, 2) == 1.0    # faster than a free lane each: capped
+    assert simulate.lane_speed([1.0] * 4, 10.0, 2) == 0.25  # sharing slows each to a quarter at most
+
+
+def test_gloo_all_reduces_share_two_lanes_where_commbench_timed_a_burst_else_one_stream():
+    """Two gradients ready at once on a compute-free step: WFBP-A2A sends two all-reduces. Where
+    the config holds a lane speed for the run's worker count (Gloo, this placement) they run at
+    once at that speed; elsewhere one after another."""
+    n = 1 << 20
+    prof = Profile("toy", 1, ["p", "q"], [n // 4, n // 4], 4, ["q", "p"], [0.0, 0.0], [0.0, 0.0], 0.0, 0.0,
+                   [0.0, 0.0], "test", 1.0)
+    base = Cluster("c", None, Link(1e-4, 1e-9), 1, measured_algorithm="ring")
+    one = base.allreduce_s(n, 2, "ring")
+    opts = simulate.Options(stack="ddlbench", backend="gloo")
+    lanes = replace(base, lane_speed={2: 0.8})
+    assert simulate.simulate("wfbp-a2a", prof, base, 2, opts).period_s == pytest.approx(2 * one)
+    assert simulate.simulate("wfbp-a2a", prof, lanes, 2, opts).period_s == pytest.approx(one / 0.8)
+    assert simulate.simulate("wfbp-a2a", prof, lanes, 4, opts).period_s == \
+        pytest.approx(2 * lanes.allreduce_s(n, 4, "ring"))  # not timed at 4 workers
+    nccl = simulate.Options(stack="ddlbench", backend="nccl")  # another backend's algorithm: its stream
+    assert simulate.simulate("wfbp-a2a", prof, lanes, 2, nccl).period_s == \
+        pytest.approx(2 * lanes.allreduce_s(n, 2, "nccl"))
+    # another placement drops it with the other measurements
+    assert network.with_nodes(lanes, 2, lanes.inter, "test").lane_speed == {}
+    assert network.with_nodes(lanes, 2, lanes.inter, "test", same_placement=True).lane_speed == {2: 0.8}
