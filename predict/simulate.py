@@ -91,12 +91,19 @@ CreditQueue (push, pop, release) costs 0.47 us per partition on this project's C
 timeit over 400 partitions), so the queue's own cost is left out.
 
 Measured, not modelled yet (each alone moves other methods the wrong way):
-- this runtime's ByteScheduler dispatch: at 2 local workers its launches came 1.2 ms apart (the
-  leader sends each choice to its followers over the control group, then launches), which the
-  one-worker calibration (no followers) does not see. With Gloo's two lanes modelled, 2-worker
-  local ByteScheduler-A2A is predicted about twice its runs (264 against 129 samples/s; 228
-  one at a time), while WFBP-A2A, whose launches need no leader, came within 3% (-11% one at a
-  time);
+- this runtime's ByteScheduler dispatch: at 2 local workers its launches came about 1 ms apart
+  (a traced tiny-resnet run: median 0.98 ms between the leader's choices, 0.74 ms from a choice
+  to its launch, which is the blocking send of the choice to the follower; each choice 19 ms
+  after its partition was ready), which the one-worker calibration (no followers) does not see.
+  The same sends alone cost far less: 0.17 ms a choice at 2 ranks and 0.34 ms at 4 (three sends;
+  400 in a row, no other work), and commbench's 2-rank Gloo broadcast (one send) fits 0.23 ms.
+  Charged at that fit, a dispatcher that sends before each launch moved the 2-worker prediction
+  by one point (+103 to +102%) and the 4-worker one the wrong way (+10 to +17%: a busy
+  dispatcher picks again later, so a more urgent partition overtakes), so it is not modelled: the
+  sends cost what a busy machine's threads make them cost, not what commbench times. With Gloo's
+  two lanes modelled, 2-worker local ByteScheduler-A2A is predicted about twice its runs (264
+  against 129 samples/s; 228 one at a time), while WFBP-A2A, whose launches need no leader,
+  came within 3% (-11% one at a time);
 - a worker's messages while its cores compute: two Gloo workers here, each with a thread
   multiplying 256 x 256 matrices beside it, took 1.7-2.5 ms on average for a 1 KiB all-reduce
   (0.4-0.5 ms median: a call now and then waits out a scheduler slice) against 0.55-0.92 ms
