@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 import socket
+import statistics
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -672,10 +673,8 @@ def _lane_speeds(rows: list[dict], backend: str, two: tuple[float, float], by_ra
     `two`; more: `by_ranks`) and whose fusion mode timed a model's per-tensor all-reduces (fp32,
     `backend`), the lane speed (simulate.lane_speed) of each model's burst, measured as the median
     over repeated records of the mean time, and the median over models."""
-    import statistics
-
     from ddlbench.commbench.modes import gradient_numels
-    from ddlbench.predict.simulate import lane_speed
+    from ddlbench.predict.simulate import lane_speed  # simulate imports this module
 
     fits = {2: two, **{w: (fa, fb) for w, (_, _, fa, fb) in by_ranks.items()}}
     bursts = [r for r in rows if r.get("mode") == "fusion" and r.get("strategy") == "per_tensor"
@@ -688,7 +687,7 @@ def _lane_speeds(rows: list[dict], backend: str, two: tuple[float, float], by_ra
         for model in sorted({r["model"] for r in bursts if r["workers"] == w}):
             measured_s = statistics.median(float(r["time_us"]) * 1e-6 for r in bursts
                                            if r["workers"] == w and r["model"] == model)
-            alone = [a + b * 4 * n for n in gradient_numels(model)]
+            alone = [Link(a, b).time_s(4 * n) for n in gradient_numels(model)]  # fp32
             per_model[model] = {"tensors": len(alone), "measured_s": measured_s, "alone_s": sum(alone),
                                 "speed": lane_speed(alone, measured_s, GLOO_THREADS)}
         out[w] = (statistics.median(m["speed"] for m in per_model.values()), per_model)
@@ -715,8 +714,6 @@ def _host_cpu_fit(rows: list[dict]):
 
 def _medians_by_size(pairs) -> tuple[list[int], list[float]]:
     """(sizes ascending, the median value at each) from (bytes, value) pairs of repeated records."""
-    import statistics
-
     by_size: dict[int, list[float]] = {}
     for n, v in pairs:
         by_size.setdefault(int(n), []).append(float(v))

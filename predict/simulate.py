@@ -346,13 +346,13 @@ def ring_bucket(cluster: Cluster, workers: int, algorithm: str) -> Bucket | None
 class Lanes:
     """Collectives on a process group with `lanes` worker threads (Gloo's: ProcessGroupGloo runs
     each async collective on the next free one of its threads, 2 by default): they start in
-    submission order, up to `lanes` at once, and while k run each progresses at `speed(k)` of its
-    own pace (speed(1) = 1): the threads share the machine's cores and the links. A job is
-    (duration alone, on_done). Processor sharing: whenever a job starts or ends, the others'
-    remaining work is brought up to date and the next end rescheduled."""
+    submission order, up to `lanes` at once; one alone runs at its own pace, and while more run
+    each progresses at `shared_speed` of it: the threads share the machine's cores and the links.
+    A job is (duration alone, on_done). Processor sharing: whenever a job starts or ends, the
+    others' remaining work is brought up to date and the next end rescheduled."""
 
-    def __init__(self, sim: Sim, lanes: int, speed):
-        self.sim, self.lanes, self.speed = sim, lanes, speed
+    def __init__(self, sim: Sim, lanes: int, shared_speed: float):
+        self.sim, self.lanes, self.shared_speed = sim, lanes, shared_speed
         self.fifo: deque = deque()
         self.running: dict[int, list] = {}  # job id -> [remaining seconds alone, on_done]
         self.seq = self.version = 0
@@ -365,7 +365,7 @@ class Lanes:
         self._schedule()
 
     def _rate(self) -> float:
-        return self.speed(len(self.running)) if self.running else 1.0
+        return self.shared_speed if len(self.running) > 1 else 1.0
 
     def _advance(self) -> None:
         now = self.sim.now
@@ -406,22 +406,25 @@ def lane_speed(durations_s: list[float], measured_s: float, lanes: int) -> float
     mode launches a model's per-tensor all-reduces and then waits for them) takes `measured_s`:
     by bisection, the burst's time falling as the speed grows. Between 1 / (2 lanes) (sharing
     slows every collective more than it overlaps) and 1 (a lane each costs nothing)."""
-    def burst_s(speed: float) -> float:
-        sim = Sim()
-        lanes_ = Lanes(sim, lanes, lambda k: 1.0 if k <= 1 else speed)
-        for d in durations_s:
-            lanes_.submit(d, None)
-        sim.run()
-        return sim.now
     lo, hi = 1 / (2 * lanes), 1.0
-    if burst_s(lo) <= measured_s:
+    if burst_s(durations_s, lanes, lo) <= measured_s:
         return lo
-    if burst_s(hi) >= measured_s:
+    if burst_s(durations_s, lanes, hi) >= measured_s:
         return hi
     for _ in range(40):  # to 2^-40 of the range; the burst's time falls as the speed grows
         mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if burst_s(mid) <= measured_s else (mid, hi)
+        lo, hi = (lo, mid) if burst_s(durations_s, lanes, mid) <= measured_s else (mid, hi)
     return (lo + hi) / 2
+
+
+def burst_s(durations_s: list[float], lanes: int, shared_speed: float) -> float:
+    """How long `Lanes` take for collectives of these times alone, all submitted at once."""
+    sim = Sim()
+    lanes_ = Lanes(sim, lanes, shared_speed)
+    for d in durations_s:
+        lanes_.submit(d, None)
+    sim.run()
+    return sim.now
 
 
 class AllReduceComm:
@@ -433,7 +436,7 @@ class AllReduceComm:
         self.stream = Station(sim, bucket=ring_bucket(cluster, workers, algorithm))
         self.cluster, self.workers, self.algorithm = cluster, workers, algorithm
         speed = cluster.lane_speed.get(workers) if algorithm == cluster.measured_algorithm else None
-        self.lanes = Lanes(sim, GLOO_THREADS, lambda k: 1.0 if k <= 1 else speed) if speed else None
+        self.lanes = Lanes(sim, GLOO_THREADS, speed) if speed else None
 
     def send(self, nbytes: int, extra_s: float, on_done) -> None:
         w = self.workers

@@ -497,7 +497,7 @@ def test_lanes_run_two_collectives_at_once_each_at_the_shared_speed_by_hand():
     """Gloo's process group runs async collectives on two threads (`Lanes`): up to two at once in
     submission order, each at the shared speed while both run, alone at full speed."""
     sim = simulate.Sim()
-    lanes = simulate.Lanes(sim, 2, lambda k: 1.0 if k <= 1 else 0.75)
+    lanes = simulate.Lanes(sim, 2, 0.75)
     ends = {}
     for name, d in (("a", 3.0), ("b", 1.0), ("c", 2.0)):
         lanes.submit(d, lambda name=name: ends.setdefault(name, sim.now))
@@ -507,7 +507,7 @@ def test_lanes_run_two_collectives_at_once_each_at_the_shared_speed_by_hand():
     assert ends == pytest.approx({"b": 4 / 3, "a": 4.0, "c": 4.0, "d": 5.5})
     # one running alone, then a second arrives: the first's rest is shared from then on
     sim = simulate.Sim()
-    lanes = simulate.Lanes(sim, 2, lambda k: 1.0 if k <= 1 else 0.5)
+    lanes = simulate.Lanes(sim, 2, 0.5)
     ends = {}
     lanes.submit(2.0, lambda: ends.setdefault("a", sim.now))
     sim.at(1.0, lanes.submit, 1.0, lambda: ends.setdefault("b", sim.now))
