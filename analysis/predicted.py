@@ -54,7 +54,12 @@ def fastest_hits(predicted: dict, cells: dict, methods) -> list[dict]:
     cells count n = 5 with their std). Strict: the predicted fastest is the measured fastest.
     Within noise: the measured throughput of the predicted fastest does not differ from the
     measured fastest's beyond noise (analysis.noise.compare: Welch's 95% interval, or the setup's
-    largest spread where a cell has too few repeats), so a pick among a tie counts as right."""
+    largest spread where a cell has too few repeats), so a pick among a tie counts as right.
+    Among predicted ties: the measured fastest is one of the methods predicted within
+    `cli.TIE_REL` of the predicted fastest (`predicted_ties`, the pick first), which the model
+    does not rank."""
+    from ddlbench.predict.cli import tied
+
     from . import noise
 
     spread = noise.setup_spread(cells)
@@ -64,10 +69,12 @@ def fastest_hits(predicted: dict, cells: dict, methods) -> list[dict]:
         if not here:
             continue
         best_meas = max(here, key=lambda m: cells[(m, w)].mean)
-        best_pred = max(here, key=lambda m: predicted[(m, w)])
+        ties = tied({m: predicted[(m, w)] for m in here})
+        best_pred = ties[0]
         d = noise.compare(cells[(best_pred, w)], cells[(best_meas, w)], spread)
         out.append({"workers": w, "predicted": best_pred, "measured": best_meas, "strict": best_pred == best_meas,
-                    "within_noise": best_pred == best_meas or d.sign == noise.WITHIN, "test": d.text})
+                    "within_noise": best_pred == best_meas or d.sign == noise.WITHIN, "test": d.text,
+                    "predicted_ties": ties, "among_ties": best_meas in ties})
     return out
 
 

@@ -110,29 +110,32 @@ def resolve(model: str, workers: int, local_batch: int, net: "str | network.Clus
             device: str = "cpu", run_profile: str = "local", stack: str = "ddlbench", methods=simulate.METHODS, prof=None,
             threads: int | None = None, sharers: int = 1, one_worker: float | None = None,
             ps_topology: str | None = None) -> dict:
-    """{method, samples_per_sec, network, dominant, predicted, overrides}: the fastest predicted
-    method, every method's prediction (a measured CPU profile at `threads`, each worker's share,
+    """{method, samples_per_sec, network, dominant, predicted, overrides, tied}: the fastest predicted
+    method (`tied`: the methods predicted within cli.TIE_REL of it, which the model does not rank;
+    the run takes the fastest), every method's prediction (a measured CPU profile at `threads`, each worker's share,
     beside `sharers - 1` other workers on this machine's cores; PS methods in `ps_topology`, by
     default their configs'), and the overrides that run the winner as it was predicted."""
     opts = cli.study_opts(run_profile, stack=stack, backend=default_backend(device), ps_topology=ps_topology)
     prof = prof or cli.load_profile(model, local_batch, one_worker, profile_from, device, threads, sharers)
     preds, prof, cluster = cli.predict(model, [workers], net, methods, local_batch, None, opts, explain=workers > 1,
                                        prof=prof)
-    best = cli.fastest(preds, workers)
+    ties = cli.fastest_tied(preds, workers)
+    best = ties[0]
     p = preds[(best, workers)]
     overrides = [f"method={best}"]
     if ps_topology and simulate.method_config(best)["architecture"] == "ps":
         overrides.append(f"method.ps_topology={ps_topology}")
     return {"method": best, "overrides": overrides, "samples_per_sec": round(p.samples_per_sec, 3), "network": cluster.name,
             "dominant": p.explanation["dominant"] if p.explanation else "compute",
-            "profile_source": prof.source,
+            "profile_source": prof.source, "tied": ties[1:],
             "predicted": {m: round(q.samples_per_sec, 3) for (m, _), q in preds.items()}}
 
 
 def hydra_prediction(choice: dict) -> str:
     """The record's `prediction` as one Hydra override (no spaces: one shell word)."""
-    return ("prediction={method:'%s',samples_per_sec:%r,network:'%s',dominant:'%s'}"
-            % (choice["method"], choice["samples_per_sec"], choice["network"], choice["dominant"]))
+    tied = ",".join(f"'{m}'" for m in choice.get("tied", ()))
+    return ("prediction={method:'%s',samples_per_sec:%r,network:'%s',dominant:'%s',tied:[%s]}"
+            % (choice["method"], choice["samples_per_sec"], choice["network"], choice["dominant"], tied))
 
 
 def main(argv=None) -> int:
@@ -185,6 +188,8 @@ def main(argv=None) -> int:
     ranked = sorted(choice["predicted"].items(), key=lambda kv: -kv[1])
     print(f"METHOD=auto: {choice['method']} is predicted fastest for {a.model} x{a.workers} (local batch {batch}) on "
           f"network {choice['network']} ({choice['dominant']} dominates); profile: {choice['profile_source']}.\n"
+          + (f"  tied with it (within {cli.TIE_REL:.1%}, not ranked by the model): {', '.join(choice['tied'])}\n"
+             if choice.get("tied") else "") +
           f"  predicted samples/s: " + ", ".join(f"{m} {v:.1f}" for m, v in ranked), file=sys.stderr)
     print(" ".join(choice["overrides"] + [hydra_prediction(choice)]))
     return 0

@@ -151,11 +151,15 @@ def test_a_slurm_runs_nodes_come_from_a_node_config(monkeypatch):
 
 
 def test_the_record_keeps_the_prediction_beside_the_measurement_and_its_config_hash_ignores_it():
-    pred = "prediction={method:'wfbp-a2a',samples_per_sec:12.5,network:'loopback',dominant:'compute'}"
+    pred = auto.hydra_prediction({"method": "wfbp-a2a", "samples_per_sec": 12.5, "network": "loopback",
+                                  "dominant": "compute", "tied": ["wfbp-ps", "bytescheduler-ps"]})
     compose = lambda *o: config.resolve(config._compose(["model=tiny-resnet", "workers=2", *o]))  # noqa: E731
     rec = launch.base_record(compose("method=wfbp-a2a", pred))
     assert rec["prediction"] == {"method": "wfbp-a2a", "samples_per_sec": 12.5, "network": "loopback",
-                                 "dominant": "compute"}
+                                 "dominant": "compute", "tied": ["wfbp-ps", "bytescheduler-ps"]}
+    untied = auto.hydra_prediction({"method": "wfbp-a2a", "samples_per_sec": 12.5, "network": "loopback",
+                                    "dominant": "compute", "tied": []})
+    assert launch.base_record(compose("method=wfbp-a2a", untied))["prediction"]["tied"] == []
     plain = launch.base_record(compose("method=wfbp-a2a"))
     assert "prediction" not in plain and plain["config_hash"] == rec["config_hash"]
 
@@ -473,3 +477,21 @@ def test_commbench_fusion_burst_gives_the_lane_speed_that_local_gloo_runs_use(tm
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
     with pytest.raises(ValueError, match="lane_speed_by_ranks 2: 1.5 is invalid"):
         network.load("bad", tmp_path)
+
+
+def test_auto_names_the_methods_tied_with_its_pick(monkeypatch, capsys):
+    """A link so fast that every overlapping method is compute-bound: they tie (cli.TIE_REL), the run
+    takes the fastest, and the ties are printed and kept in the record's prediction."""
+    fast = Cluster("fast", intra=None, inter=Link(1e-9, 1e-15), gpus_per_node=1)
+    choice = auto.resolve("tiny-resnet", 2, 4, fast, "derived", prof=toy_profile(),
+                          methods=("bsp-a2a", "wfbp-a2a", "mg-wfbp"))
+    top = choice["predicted"][choice["method"]]
+    assert choice["method"] not in choice["tied"] and choice["tied"]
+    assert all(choice["predicted"][m] >= top * (1 - cli.TIE_REL) for m in choice["tied"])
+    assert set(choice["tied"]) | {choice["method"]} == {m for m, v in choice["predicted"].items()
+                                                          if v >= top * (1 - cli.TIE_REL)}
+    monkeypatch.setattr(auto, "resolve", lambda *a, **k: {**choice, "profile_source": "test"})
+    assert auto.main(["--model", "tiny-resnet", "--workers", "2", "--network", "loopback"]) == 0
+    out = capsys.readouterr()
+    assert f"tied with it (within 0.1%, not ranked by the model): {', '.join(choice['tied'])}" in out.err
+    assert "tied:['" in out.out.split()[-1]

@@ -274,3 +274,34 @@ def test_a_bench_keeps_the_profiles_that_calibrate_its_runs_beside_them(tmp_path
     shared = validation.local(str(tmp_path), "loopback")[0]
     assert len(measures) == 2 and sorted(shared) == ["ddp", "wfbp-ps"]  # read, not measured again
     assert not list((tmp_path / "home-cache").glob("*-measured.json"))  # (the roofline's is cached there)
+
+
+def test_predictions_within_the_tie_margin_are_all_marked_and_the_pick_counts_among_them():
+    """Methods predicted within cli.TIE_REL of the fastest tie: every one is starred, METHOD=auto
+    names them, and the validation counts a measured fastest among them apart from the strict pick."""
+    from ddlbench.analysis.predicted import fastest_hits
+
+    top = 1000.0
+    values = {"wfbp-a2a": top, "wfbp-ps": top * (1 - cli.TIE_REL / 2), "mg-wfbp": top * (1 - 2 * cli.TIE_REL),
+              "bsp-a2a": 500.0}
+    assert cli.tied(values) == ["wfbp-a2a", "wfbp-ps"]
+    assert cli.tied({"a": 1.0, "b": 2.0}) == ["b"]
+    preds = {(m, 4): cli.Prediction(m, 4, v, 4 / v, 0.0, None) for m, v in values.items()}
+    assert cli.fastest(preds, 4) == "wfbp-a2a" and cli.fastest_tied(preds, 4) == ["wfbp-a2a", "wfbp-ps"]
+    table = cli.render(preds, "tiny-resnet", 1, network.load("loopback"), profile.Profile(
+        "tiny-resnet", 1, ["a"], [1], 4, ["a"], [0.0], [0.0], 0.1, 0.1, [0.0], "test", 5.0))
+    rows = [line.split("|") for line in table.splitlines() if line.startswith("|")]
+    starred = {r[1].strip() for r in rows if r[-2].strip().endswith("*")}
+    assert starred == {"wfbp-a2a", "wfbp-ps"}
+
+    # the measured fastest is wfbp-ps: a strict miss, a hit among the ties; mg-wfbp is not tied
+    cell = lambda mean: tables.Cell(mean, 1.0, 5)  # noqa: E731
+    measured = {("wfbp-a2a", 4): cell(990.0), ("wfbp-ps", 4): cell(1000.0), ("mg-wfbp", 4): cell(990.0),
+                ("bsp-a2a", 4): cell(500.0)}
+    flat = {k: p.samples_per_sec for k, p in preds.items()}
+    (hit,) = fastest_hits(flat, measured, values)
+    assert hit["predicted"] == "wfbp-a2a" and not hit["strict"] and hit["among_ties"]
+    assert hit["predicted_ties"] == ["wfbp-a2a", "wfbp-ps"]
+    measured[("mg-wfbp", 4)] = cell(1010.0)
+    (miss,) = fastest_hits(flat, measured, values)
+    assert miss["measured"] == "mg-wfbp" and not miss["among_ties"]
