@@ -110,8 +110,22 @@ def versus_figure(pairs, out: Path) -> Path | None:
     return path
 
 
+def crossings(xs, curves: dict) -> list[tuple]:
+    """[(x, from, to)] where the largest of `curves` {name: [y at each x]} changes; a curve that
+    stays tied with the largest (`cli.tied`) keeps its place."""
+    from ddlbench.predict.cli import tied
+
+    best = []
+    for i in range(len(xs)):
+        ties = tied({m: ys[i] for m, ys in curves.items()})
+        best.append(best[-1] if best and best[-1] in ties else ties[0])
+    return [(xs[i], best[i - 1], best[i]) for i in range(1, len(xs)) if best[i] != best[i - 1]]
+
+
 def whatif(models=("resnet50", "bert-base", "bert-large"), gbps=WHATIF_GBPS, workers=WHATIF_WORKERS) -> dict:
-    """{model: {method: [speedup at each bandwidth]}} and the crossovers {model: [(gbps, from, to)]}."""
+    """{model: {method: [speedup at each bandwidth]}} and the crossovers {model: [(gbps, from, to)]}:
+    where the predicted fastest changes, not where it only swaps with a method tied with it
+    (`cli.tied`)."""
     from ddlbench.predict import cli, network, simulate
 
     base, opts = network.load("100gbib"), cli.study_opts()
@@ -120,15 +134,13 @@ def whatif(models=("resnet50", "bert-base", "bert-large"), gbps=WHATIF_GBPS, wor
         batch = cli.model_batch(model)
         prof = cli.load_profile(model, batch, None)
         per = {m: [] for m in simulate.METHODS}
-        best = []
         for g in gbps:
             c = replace(base, inter=network.Link(base.inter.alpha_s, 8 / (g * 1e9)), name=f"{g} Gb/s")
             for m in simulate.METHODS:
                 r = simulate.simulate(m, prof, c, workers, opts)
                 per[m].append(r.samples_per_sec(batch) / prof.samples_per_sec_1)
-            best.append(max(simulate.METHODS, key=lambda m: per[m][-1]))
         curves[model] = per
-        crossovers[model] = [(gbps[i], best[i - 1], best[i]) for i in range(1, len(gbps)) if best[i] != best[i - 1]]
+        crossovers[model] = crossings(gbps, per)
     return {"curves": curves, "crossovers": crossovers, "gbps": list(gbps), "workers": workers}
 
 

@@ -305,3 +305,13 @@ def test_predictions_within_the_tie_margin_are_all_marked_and_the_pick_counts_am
     measured[("mg-wfbp", 4)] = cell(1010.0)
     (miss,) = fastest_hits(flat, measured, values)
     assert miss["measured"] == "mg-wfbp" and not miss["among_ties"]
+
+
+def test_a_crossover_is_where_the_fastest_changes_not_where_a_tied_method_edges_ahead():
+    from ddlbench.analysis.predicted import crossings
+
+    hair = 1 + cli.TIE_REL / 10
+    # x=3: c edges past a by a hair (a tie), x=4: so does b; x=5: a falls behind, b leads
+    curves = {"a": [1.0, 1.0, 1.0, 1.0, 0.5], "b": [0.5, 0.99, 1.0, hair, 1.0], "c": [0.1, 0.1, hair, 1.0, 0.9]}
+    assert crossings([1, 2, 3, 4, 5], curves) == [(5, "a", "b")]
+    assert crossings([1, 2], {"a": [1.0, 0.5], "b": [0.5, 1.0]}) == [(2, "a", "b")]
