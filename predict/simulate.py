@@ -44,9 +44,11 @@ same thing at the same time, and a server receives a partition from all m machin
   through the servers even then (stack "ddlbench");
 - ByteScheduler: partitions queue as their gradient appears; the dispatcher starts the most
   urgent while credit remains; credit returns when an all-reduce ends (A2A) or when the servers
-  hold the push (PS); a parameter is updated as soon as its last partition lands, and the next
-  forward pass waits, layer by layer, only for its own parameters (overlap with the next
-  forward). The study's ByteScheduler-PS (`scheduler: byteps`) is WFBP-PS with BytePS's server
+  hold the push (PS); a parameter's update is launched as soon as its last partition lands, and
+  the next forward pass waits, layer by layer, only for its own parameters (overlap with the
+  next forward). The updates share the device with the compute, one stream in issue order
+  (`forward_with_updates`): those launched during backward queue behind it, the rest run
+  between the forward's pieces, so no update hides under compute. The study's ByteScheduler-PS (`scheduler: byteps`) is WFBP-PS with BytePS's server
   schedule instead;
 - every other method updates all parameters after all communication, and the next forward
   starts after that;
@@ -726,26 +728,30 @@ def simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opts
     sync_s = buffer_sync_s(profile, cluster, workers, opts) if p.buffer_sync else 0.0
     starts = []
     f0 = 0.0
+    launches: list[tuple[float, int]] = []  # ByteScheduler: (launch, parameter) of the last backward's updates
     # Without ByteScheduler every iteration ends in a barrier (all updated, then the next forward),
     # so one iteration is the steady state; ByteScheduler's overlap needs a few to settle.
     for _ in range(ITERATIONS if p.bytescheduler else 1):
         starts.append(f0)
-        # forward: each layer waits for its own parameters
-        delay = 0.0
-        for i in order_by_need:
-            late = updated[i] - (f0 + profile.need_s[i] + delay)
-            if late > 0:
-                delay += late
-        b0 = f0 + sync_s + profile.forward_s + delay
+        if p.bytescheduler:
+            b0 = forward_with_updates(profile, order_by_need, f0 + sync_s, launches, updated)
+        else:
+            # forward: each layer waits for its own parameters
+            delay = 0.0
+            for i in order_by_need:
+                late = updated[i] - (f0 + profile.need_s[i] + delay)
+                if late > 0:
+                    delay += late
+            b0 = f0 + sync_s + profile.forward_s + delay
         b_end = b0 + profile.backward_s
         done = _communicate(p, profile, cluster, workers, cfg, opts, b0, b_end)
         if p.bytescheduler:
-            # per-parameter updates, in landing order, one at a time on the GPU, each after the
-            # machinery of its units
-            cursor = 0.0
+            # each parameter's update is launched as its last partition lands, in landing order,
+            # after the machinery of its units (one thread); it runs on the device (forward_with_updates)
+            cursor, launches = 0.0, []
             for i in sorted(range(n), key=done.__getitem__):
-                cursor = max(cursor, done[i]) + profile.update_s[i] + opts.bytescheduler_unit_s * units[i]
-                updated[i] = cursor
+                cursor = max(cursor, done[i]) + opts.bytescheduler_unit_s * units[i]
+                launches.append((cursor, i))
             f0 = b_end
         else:
             unpack = sum(2 * sum(tensor_bytes[i] for i in msg) / GPU_MEM_BPS
@@ -754,6 +760,33 @@ def simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opts
             updated = [f0] * n
     starts.append(f0)
     return Result(method, workers, starts[-1] - starts[-2], compute_s)
+
+
+def forward_with_updates(profile: Profile, order_by_need: list[int], f0: float,
+                         launches: list[tuple[float, int]], updated: list[float]) -> float:
+    """ByteScheduler's next forward on the device it shares with the updates: when the forward
+    ends. One stream runs everything in the order it was issued (the study's updates and compute
+    share the default CUDA stream; this runtime's, the CPU's cores). The device is free at `f0`
+    (the backward before has ended: updates launched during it queue behind its work). The
+    forward runs in pieces, one from each parameter's first use to the next (`need_s`); a piece
+    is issued once its parameter's update was launched (ByteScheduler's lock per parameter) and
+    the piece before it was issued; an update (`launches`: (launch time, parameter)) is issued
+    at its launch. Every update runs before the forward ends, since the last piece waits for
+    the last launch. Sets `updated[i]` when parameter i's update ends."""
+    launched = {i: t for t, i in launches}
+    needs = [profile.need_s[i] for i in order_by_need] + [profile.forward_s]
+    issued = f0
+    work = [(f0, 1, needs[0], -1)]  # (issued at, updates first on a tie, duration, parameter or -1)
+    for k, i in enumerate(order_by_need):
+        issued = max(issued, launched.get(i, f0))
+        work.append((issued, 1, needs[k + 1] - needs[k], -1))
+    work += [(t, 0, profile.update_s[i], i) for t, i in launches]
+    t = f0
+    for at, _, duration, i in sorted(work, key=lambda w: (w[0], w[1])):
+        t = max(t, at) + duration
+        if i >= 0:
+            updated[i] = t
+    return t
 
 
 def buffer_sync_s(profile: Profile, cluster: Cluster, workers: int, opts: Options) -> float:
