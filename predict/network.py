@@ -142,6 +142,13 @@ class Cluster:
                                      # (`lane_speed_by_ranks` under `inter: allreduce:`); else they
                                      # run one at a time
 
+    def measured_here(self, same_placement: bool) -> dict:
+        """What was measured in this config's own placement (`measured`, `lane_speed`), as fields
+        for `replace`: kept for a cluster in the same placement, dropped for any other."""
+        if same_placement:
+            return {"measured": self.measured, "lane_speed": self.lane_speed}
+        return {"measured": {}, "lane_speed": {}}
+
     def nodes(self, workers: int) -> tuple[int, int]:
         """(machines m, GPUs per machine g) for `workers` workers, filling nodes g at a time."""
         if workers < 1:
@@ -309,8 +316,8 @@ def with_intra(cluster: Cluster, node_name: str) -> Cluster:
     if node.intra is None:
         raise ValueError(f"network {node_name!r} has no intra-node link; accepted: a node config such as pcie3x16")
     return replace(cluster, intra=node.intra, gpus_per_node=node.gpus_per_node, name=f"{cluster.name}+{node_name}",
-                   sources={**cluster.sources, "intra": node.sources.get("intra", node_name)}, measured={},
-                   lane_speed={})
+                   sources={**cluster.sources, "intra": node.sources.get("intra", node_name)},
+                   **cluster.measured_here(False))
 
 
 def with_nodes(cluster: Cluster, workers_per_node: int, link: Link, source: str,
@@ -322,8 +329,7 @@ def with_nodes(cluster: Cluster, workers_per_node: int, link: Link, source: str,
     return replace(cluster, intra=link, gpus_per_node=workers_per_node,
                    description=f"{cluster.description}; {workers_per_node} workers per machine",
                    sources={**cluster.sources, "placement": source},
-                   measured=cluster.measured if same_placement else {},
-                   lane_speed=cluster.lane_speed if same_placement else {})
+                   **cluster.measured_here(same_placement))
 
 
 def on_one_machine(cluster: Cluster, workers_per_node: int) -> Cluster:

@@ -435,10 +435,10 @@ class AllReduceComm:
     (`Cluster.lane_speed`: Gloo's two threads), they run as `Lanes` instead."""
 
     def __init__(self, sim: Sim, cluster: Cluster, workers: int, algorithm: str):
-        self.stream = Station(sim, bucket=ring_bucket(cluster, workers, algorithm))
         self.cluster, self.workers, self.algorithm = cluster, workers, algorithm
         speed = cluster.lane_speed.get(workers) if algorithm == cluster.measured_algorithm else None
         self.lanes = Lanes(sim, GLOO_THREADS, speed) if speed else None
+        self.stream = None if self.lanes else Station(sim, bucket=ring_bucket(cluster, workers, algorithm))
 
     def send(self, nbytes: int, extra_s: float, on_done) -> None:
         w = self.workers
@@ -723,7 +723,6 @@ def simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opts
     if p.bytescheduler:
         for i in bytescheduler_units(profile, cfg)[1]:
             units[i] += 1
-    updated = [0.0] * n
     order_by_need = sorted(range(n), key=profile.need_s.__getitem__)
     sync_s = buffer_sync_s(profile, cluster, workers, opts) if p.buffer_sync else 0.0
     starts = []
@@ -733,16 +732,10 @@ def simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opts
     # so one iteration is the steady state; ByteScheduler's overlap needs a few to settle.
     for _ in range(ITERATIONS if p.bytescheduler else 1):
         starts.append(f0)
-        if p.bytescheduler:
-            b0 = forward_with_updates(profile, order_by_need, f0 + sync_s, launches, updated)
-        else:
-            # forward: each layer waits for its own parameters
-            delay = 0.0
-            for i in order_by_need:
-                late = updated[i] - (f0 + profile.need_s[i] + delay)
-                if late > 0:
-                    delay += late
-            b0 = f0 + sync_s + profile.forward_s + delay
+        if p.bytescheduler:  # each layer waits for its own parameters' updates
+            b0 = forward_with_updates(profile, order_by_need, f0 + sync_s, launches)
+        else:  # everything was updated before this forward
+            b0 = f0 + sync_s + profile.forward_s
         b_end = b0 + profile.backward_s
         done = _communicate(p, profile, cluster, workers, cfg, opts, b0, b_end)
         if p.bytescheduler:
@@ -757,13 +750,12 @@ def simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opts
             unpack = sum(2 * sum(tensor_bytes[i] for i in msg) / GPU_MEM_BPS
                          for msg in p.messages if len(msg) > 1)
             f0 = max(b_end, max(done)) + unpack + sum(profile.update_s)
-            updated = [f0] * n
     starts.append(f0)
     return Result(method, workers, starts[-1] - starts[-2], compute_s)
 
 
 def forward_with_updates(profile: Profile, order_by_need: list[int], f0: float,
-                         launches: list[tuple[float, int]], updated: list[float]) -> float:
+                         launches: list[tuple[float, int]], updated: list[float] | None = None) -> float:
     """ByteScheduler's next forward on the device it shares with the updates: when the forward
     ends. One stream runs everything in the order it was issued (the study's updates and compute
     share the default CUDA stream; this runtime's, the CPU's cores). The device is free at `f0`
@@ -772,7 +764,7 @@ def forward_with_updates(profile: Profile, order_by_need: list[int], f0: float,
     is issued once its parameter's update was launched (ByteScheduler's lock per parameter) and
     the piece before it was issued; an update (`launches`: (launch time, parameter)) is issued
     at its launch. Every update runs before the forward ends, since the last piece waits for
-    the last launch. Sets `updated[i]` when parameter i's update ends."""
+    the last launch. Sets `updated[i]`, where given, when parameter i's update ends."""
     launched = {i: t for t, i in launches}
     needs = [profile.need_s[i] for i in order_by_need] + [profile.forward_s]
     issued = f0
@@ -784,7 +776,7 @@ def forward_with_updates(profile: Profile, order_by_need: list[int], f0: float,
     t = f0
     for at, _, duration, i in sorted(work, key=lambda w: (w[0], w[1])):
         t = max(t, at) + duration
-        if i >= 0:
+        if i >= 0 and updated is not None:
             updated[i] = t
     return t
 
