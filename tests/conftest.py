@@ -30,6 +30,7 @@ if LoadScopeScheduling is not None:
         def _split_scope(self, nodeid: str) -> str:
             return scope_of(nodeid)
 
+    @pytest.hookimpl(optionalhook=True)  # `pytest -p no:xdist` has no such hook: then it is not called
     def pytest_xdist_make_scheduler(config, log):
         return ModuleScheduling(config, log)
 
