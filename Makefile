@@ -131,6 +131,8 @@ reproduce-paper: install
 NETWORK  ?= 100gbib
 INTRA    ?=
 ONE_WORKER ?=
+# DEVICE: where PROFILE_FROM=measured takes its one-worker profile (auto: cuda where a GPU is visible, else cpu).
+DEVICE   ?=
 # STACK=ddlbench predicts this project's runtime (default: the study's BytePS/Horovod stack);
 # PS_TOPOLOGY=per-gpu its PS runs with method.ps_topology=per-gpu (every worker pushes).
 STACK    ?=
@@ -138,7 +140,7 @@ PS_TOPOLOGY ?=
 predict: install
 	$(PY) -m ddlbench.predict --model $(MODEL) --workers $(WORKERS) --network $(NETWORK) --results $(RESULTS) \
 		$(if $(filter-out all auto,$(METHOD)),--methods $(METHOD)) $(if $(PROFILE_FROM),--profile-from $(PROFILE_FROM)) \
-		$(if $(INTRA),--intra $(INTRA)) $(if $(ONE_WORKER),--one-worker $(ONE_WORKER)) \
+		$(if $(INTRA),--intra $(INTRA)) $(if $(ONE_WORKER),--one-worker $(ONE_WORKER)) $(if $(DEVICE),--device $(DEVICE)) \
 		$(if $(STACK),--stack $(STACK)) $(if $(PS_TOPOLOGY),--ps-topology $(PS_TOPOLOGY))
 
 # EXPORT=PATH also writes every record (records/*.json merged with *.jsonl) into one JSON-lines file.

@@ -104,6 +104,21 @@ def load_profile(model: str, local_batch: int, one_worker: float | None, source:
     return profile.derived(model, local_batch, x1)
 
 
+def measure_device(device: str) -> str:
+    """The device a measured profile is taken on: `auto` is cuda where a GPU is visible (the
+    target device of a GPU user's runs), else cpu."""
+    import torch
+
+    gpu = torch.cuda.is_available()
+    if device == "auto":
+        return "cuda" if gpu else "cpu"
+    if device != "cpu" and not (device == "cuda" or device.startswith("cuda:")):
+        raise ValueError(f"--device {device!r} is invalid; accepted: auto, cpu, cuda, cuda:N")
+    if device != "cpu" and not gpu:
+        raise ValueError(f"--device {device!r}: no CUDA GPU is visible here; accepted: auto, cpu")
+    return device
+
+
 def predict(model: str, workers: list[int], net: str | network.Cluster, methods=simulate.METHODS,
             local_batch: int | None = None, one_worker: float | None = None, opts: simulate.Options | None = None,
             explain: bool = True, prof: profile.Profile | None = None):
@@ -189,7 +204,8 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", default="study", help="run profile whose ByteScheduler-PS variant applies")
     ap.add_argument("--profile-from", default="derived", choices=PROFILE_SOURCES,
                     help="derived: roofline scaled to a one-worker throughput; measured: one worker's hooks here (cached)")
-    ap.add_argument("--device", default="cpu", help="device of a measured profile")
+    ap.add_argument("--device", default="auto", help="device of a measured profile: auto (cuda where a GPU is visible, "
+                    "else cpu), cpu, cuda")
     ap.add_argument("--intra", default=None, help="take the nodes (GPUs per node, their link) from this node config "
                     "instead (e.g. pcie3x16-mgwfbp-table, the study's alternative calibration; pcie3x16 for a "
                     "network make commbench measured one rank per node)")
@@ -221,7 +237,8 @@ def main(argv=None) -> int:
                        bytescheduler_unit_s=a.bytescheduler_unit_ms / 1e3)
         net = network.with_intra(network.load(a.network), a.intra) if a.intra else a.network
         batch = a.local_batch or model_batch(a.model)
-        prof = load_profile(a.model, batch, a.one_worker, a.profile_from, a.device)
+        device = measure_device(a.device) if a.profile_from == "measured" else "cpu"
+        prof = load_profile(a.model, batch, a.one_worker, a.profile_from, device)
         preds, prof, cluster = predict(a.model, workers, net, methods, batch, a.one_worker, opts, prof=prof)
     except ValueError as exc:
         print(f"predict: error: {exc}", file=sys.stderr)
