@@ -606,8 +606,20 @@ def test_a_gpu_profile_is_timed_by_events_read_after_the_window_never_waiting_in
     from ddlbench.predict import profile
 
     clock = _LateEvents()
-    prof, whole = profile._measure("tiny-resnet", 2, torch.device("cpu"), iters=3, warmup=1, clock=clock)
+    made_while_timed = []
+    workload = profile._workload
+
+    def watched(*a):  # batches are made before the first mark, as the run makes them
+        w, opt = workload(*a)
+        make = w.make_batch
+        w.make_batch = lambda *b: (made_while_timed.append(bool(clock.pending)), make(*b))[1]
+        return w, opt
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(profile, "_workload", watched)
+        prof, whole = profile._measure("tiny-resnet", 2, torch.device("cpu"), iters=3, warmup=1, clock=clock)
     assert clock.settles == 1
+    assert made_while_timed and not any(made_while_timed)
     assert len(whole) == 3 and all(t > 0 for t in whole)
     n = len(prof.names)
     assert len(prof.ready_s) == len(prof.need_s) == n and sorted(prof.ready_names) == sorted(prof.names)
