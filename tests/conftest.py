@@ -16,10 +16,16 @@ except ImportError:  # without pytest-xdist the suite runs in one process
     LoadScopeScheduling = None
 
 SHARED_SCOPES = {"tests/emulated/": "emulated-cluster"}  # folders whose modules share a machine-wide resource
+# Folders whose tests share nothing (no module- or session-scoped fixtures): each test is its own
+# unit. On a GPU machine the GPU tier's launches then run side by side (one GPU holds them
+# all), not one module after another: test_gpu.py alone took over 5 minutes so on an H100.
+PER_TEST = ("tests/gpu/",)
 
 
 def scope_of(nodeid: str) -> str:
     path = nodeid.split("::")[0]
+    if path.startswith(PER_TEST):
+        return nodeid
     return next((name for folder, name in SHARED_SCOPES.items() if path.startswith(folder)), path)
 
 
