@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import re
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -112,10 +113,14 @@ def measure_device(device: str) -> str:
     gpu = torch.cuda.is_available()
     if device == "auto":
         return "cuda" if gpu else "cpu"
-    if device != "cpu" and not (device == "cuda" or device.startswith("cuda:")):
+    m = re.fullmatch(r"cuda(?::(\d+))?", device)
+    if device != "cpu" and not m:
         raise ValueError(f"--device {device!r} is invalid; accepted: auto, cpu, cuda, cuda:N")
-    if device != "cpu" and not gpu:
+    if m and not gpu:
         raise ValueError(f"--device {device!r}: no CUDA GPU is visible here; accepted: auto, cpu")
+    if m and m.group(1) is not None and int(m.group(1)) >= torch.cuda.device_count():
+        raise ValueError(f"--device {device!r}: {torch.cuda.device_count()} CUDA GPU(s) visible here; accepted: auto, "
+                         f"cpu, cuda, cuda:0..cuda:{torch.cuda.device_count() - 1}")
     return device
 
 

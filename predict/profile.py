@@ -243,6 +243,9 @@ def buffer_buckets(module) -> list[int]:
     return list(out.values())
 
 
+# How a GPU profile is timed, in its source; a cached GPU profile without it was timed otherwise
+# (a synchronisation in every hook, then a batch made in every iteration) and is measured again.
+CUDA_HOOKS = "hooks (CUDA events read after the window, batches made first)"
 PROFILE_BATCHES = 2        # a measured profile cycles this many batches, made before it is timed
 WINDOW_S = 3.0             # a measured profile covers at least this long (hundreds of scheduler slices)
 NEIGHBOUR_START_S = 300.0  # a neighbour builds its model and runs two steps within this, or the measurement fails
@@ -293,7 +296,7 @@ def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, 
         torch.set_num_threads(before)
     beside = f", beside {sharers - 1} more worker(s) running the same step on this machine's cores" if sharers > 1 else ""
     out = replace(out.scaled(local_batch / statistics.mean(whole), ""), iteration_s=whole)
-    hooks = "hooks (CUDA events)" if dev.type == "cuda" else "hooks"
+    hooks = CUDA_HOOKS if dev.type == "cuda" else "hooks"
     out.source = f"measured: one worker on {device}{f' at {threads} threads' if threads else ''}{beside}, {hooks}, " \
                  f"per-layer medians scaled to the mean iteration over >= {iters} iterations and {WINDOW_S:g} s"
     if cache:
@@ -384,15 +387,20 @@ def _measure(model: str, local_batch: int, dev, iters: int, warmup: int, min_win
     hooks never wait for the device and the iterations keep the overlap of kernel launches with
     the device's work that a run has. Synchronising in every hook instead measured ResNet-50 at
     batch 64 on an H100 at 1,036 samples/s, against 1,650 for ddlbench's one worker)."""
-    import time
-
     import torch
 
     from ddlbench.methods.mgwfbp import clock_for
 
-    clock = clock or clock_for(dev)
     if dev.type == "cuda":
         torch.backends.cudnn.benchmark = True  # as the run sets it (driver)
+        with torch.cuda.device(dev):  # the events go to this GPU's streams (cuda:N too), not cuda:0's
+            return _measure_on(model, local_batch, dev, iters, warmup, min_window_s, clock or clock_for(dev))
+    return _measure_on(model, local_batch, dev, iters, warmup, min_window_s, clock or clock_for(dev))
+
+
+def _measure_on(model: str, local_batch: int, dev, iters: int, warmup: int, min_window_s: float, clock):
+    import time
+
     w, opt = _workload(model, local_batch, dev)
     # batches made before the clock, as the run makes them (driver): making one (ResNet-50 at 64:
     # 38 MB drawn on the host, then copied) inside the loop starves the GPU at every iteration start
@@ -448,8 +456,8 @@ def _read_cached(path: Path) -> Profile | None:
         source = fields.get("source", "")
         if "buffer_bytes" not in fields or (source.startswith("measured") and "iteration_s" not in fields):
             return None
-        if source.startswith("measured: one worker on cuda") and "CUDA events" not in source:
-            return None  # timed with a synchronisation in every hook, which slows the iterations it times
+        if source.startswith("measured: one worker on cuda") and CUDA_HOOKS not in source:
+            return None  # timed otherwise (a synchronisation in every hook, a batch made in every iteration)
         return Profile(**fields)
     except (OSError, ValueError, TypeError):
         return None

@@ -6,8 +6,10 @@ skip, with the reason, where those are absent.
 `make test` runs the suite on two pytest-xdist workers: most of its time is start-ups and
 timeouts, not CPU. A worker takes a whole test module at a time, so a module's shared runs
 (module- and session-scoped fixtures) are made once; tests/emulated, which shares one emulated
-cluster per machine, goes to one worker as a whole. (xdist's `--dist loadgroup` would do this
-with markers, but it rewrites `item._nodeid`, which pytest 9 no longer reads.)"""
+cluster per machine, goes to one worker as a whole; tests/gpu, which shares no fixtures, goes
+test by test, but for its tests that time the GPU, which go to one worker together so that
+they do not time each other (`scope_of`). (xdist's `--dist loadgroup` would do this with
+markers, but it rewrites `item._nodeid`, which pytest 9 no longer reads.)"""
 import pytest
 
 try:
@@ -20,10 +22,16 @@ SHARED_SCOPES = {"tests/emulated/": "emulated-cluster"}  # folders whose modules
 # unit. On a GPU machine the GPU tier's launches then run side by side (one GPU holds them
 # all), not one module after another: test_gpu.py alone took over 5 minutes so on an H100.
 PER_TEST = ("tests/gpu/",)
+# ...but for the tests there that time the GPU: one unit, one after another on one worker.
+GPU_TIMING = ("tests/gpu/test_ps_staging.py::test_a_", "tests/gpu/test_gpu.py::test_cuda_clock",
+              "tests/gpu/test_gpu.py::test_mgwfbp_profiles", "tests/gpu/test_measure_gpu.py::test_a_measured_profile")
 
 
 def scope_of(nodeid: str) -> str:
+    """The unit pytest-xdist hands a worker at once (see the module's docstring)."""
     path = nodeid.split("::")[0]
+    if nodeid.startswith(GPU_TIMING):
+        return "gpu-timing"
     if path.startswith(PER_TEST):
         return nodeid
     return next((name for folder, name in SHARED_SCOPES.items() if path.startswith(folder)), path)

@@ -641,7 +641,10 @@ def test_a_gpu_profile_cached_with_a_wait_in_every_hook_is_measured_again(tmp_pa
     path = tmp_path / "old.json"
     path.write_text(json.dumps(old))
     assert profile._read_cached(path) is None
+    # events, but a batch made in every iteration (7d21a11): measured again too
     path.write_text(json.dumps({**old, "source": old["source"].replace("hooks", "hooks (CUDA events)")}))
+    assert profile._read_cached(path) is None
+    path.write_text(json.dumps({**old, "source": old["source"].replace("hooks", profile.CUDA_HOOKS)}))
     assert profile._read_cached(path) is not None
     path.write_text(json.dumps({**old, "source": old["source"].replace("cuda", "cpu")}))
     assert profile._read_cached(path) is not None
@@ -654,8 +657,14 @@ def test_a_measured_profile_is_taken_on_the_gpu_where_one_is_visible_and_a_bad_d
 
     assert cli.measure_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
     assert cli.measure_device("cpu") == "cpu"
-    with pytest.raises(ValueError, match="'tpu' is invalid; accepted: auto, cpu, cuda"):
-        cli.measure_device("tpu")
+    for bad in ("tpu", "cuda:", "cuda:abc", "cuda:-1", "cuda0"):
+        with pytest.raises(ValueError, match=f"{bad!r} is invalid; accepted: auto, cpu, cuda, cuda:N"):
+            cli.measure_device(bad)
+    if torch.cuda.is_available():
+        n = torch.cuda.device_count()
+        assert cli.measure_device(f"cuda:{n - 1}") == f"cuda:{n - 1}"
+        with pytest.raises(ValueError, match=f"{n} CUDA GPU"):
+            cli.measure_device(f"cuda:{n}")
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="no CUDA GPU is visible here"):
             cli.measure_device("cuda")

@@ -16,11 +16,35 @@ def test_the_suite_collects_with_xdist_turned_off():
     assert "test_metrics.py::" in proc.stdout
 
 
+def _conftest():
+    """tests/conftest.py itself: `import conftest` gets whichever conftest pytest loaded last
+    (tests/emulated has one too)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("suite_conftest", REPO / "tests" / "conftest.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_xdist_keeps_a_module_together_but_spreads_the_gpu_tier_by_test():
-    from conftest import scope_of
+    scope_of = _conftest().scope_of
 
     a, b = "tests/multiproc/test_methods.py::test_a[x]", "tests/multiproc/test_methods.py::test_b"
     assert scope_of(a) == scope_of(b) == "tests/multiproc/test_methods.py"  # its module fixtures are made once
     assert scope_of("tests/emulated/test_netns.py::t") == scope_of("tests/emulated/test_emulated_runs.py::t")
     g1, g2 = "tests/gpu/test_gpu.py::test_x[bsp-a2a]", "tests/gpu/test_gpu.py::test_x[ddp]"
     assert scope_of(g1) != scope_of(g2)
+    # the tests that time the GPU stay together, apart from the runs
+    timing = {scope_of("tests/gpu/test_gpu.py::test_cuda_clock_times_each_call_and_covers_the_loop"),
+              scope_of("tests/gpu/test_ps_staging.py::test_a_pull_lands_divided_before_it_counts_as_done_and_off_the_io_thread"),
+              scope_of("tests/gpu/test_measure_gpu.py::test_a_measured_profile_keeps_up_with_the_run")}
+    assert len(timing) == 1 and scope_of(g1) not in timing
+
+
+def test_every_gpu_timing_entry_names_a_test():
+    import re
+
+    for entry in _conftest().GPU_TIMING:
+        path, name = entry.split("::")
+        assert re.search(rf"^def {re.escape(name)}", (REPO / path).read_text(), re.M), entry
