@@ -159,10 +159,6 @@ def fastest_tied(preds: dict, workers: int) -> list[str]:
     return tied({m: p.samples_per_sec for (m, w), p in preds.items() if w == workers})
 
 
-def fastest(preds: dict, workers: int) -> str:
-    return fastest_tied(preds, workers)[0]
-
-
 def describe(explanation: dict) -> str:
     """'compute; bandwidth 9%': what dominates, then the largest other cost exposed (communication,
     or waiting for the slowest worker), as a share of the iteration."""

@@ -35,7 +35,7 @@ import csv
 import json
 import math
 import statistics
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -167,7 +167,8 @@ def _hooked_pass(model: str, w, batch, now) -> "Profile":
     """One forward and backward pass of workload `w` with hooks that read `now()`: when each
     module first needs its parameters (forward pre-hook) and when each gradient is accumulated
     (post-accumulate-grad hook), in the order backward produced them."""
-    return _pass_profile(model, w, _hooked_marks(w, batch, now), lambda start, end: end - start)
+    with _Hooked(w, now) as hooked:
+        return hooked.profile(model, hooked.run(batch), lambda start, end: end - start)
 
 
 @dataclass
@@ -183,52 +184,64 @@ class _Marks:
     order: list
 
 
-def _hooked_marks(w, batch, mark) -> _Marks:
-    """Run one forward and backward pass of `w` with hooks that take `mark()`; nothing is read."""
-    named = [(n, p) for n, p in w.model.named_parameters() if p.requires_grad]
-    index = {id(p): i for i, (_, p) in enumerate(named)}
-    m = _Marks(None, None, None, [None] * len(named), {}, [])
+class _Hooked:
+    """`w`'s model with hooks that take `mark()` (registered once, removed on exit): `run(batch)`
+    is one forward and backward pass and returns its marks, none of them read."""
 
-    def pre_hook(module, args):
-        for p in module.parameters(recurse=False):
-            i = index.get(id(p))
-            if i is not None and m.need[i] is None:
-                m.need[i] = mark()
+    def __init__(self, w, mark):
+        self.w, self.mark = w, mark
+        self.named = [(n, p) for n, p in w.model.named_parameters() if p.requires_grad]
+        index = {id(p): i for i, (_, p) in enumerate(self.named)}
+        self.marks: _Marks | None = None
 
-    def grad_hook(i):
-        def hook(_p):
-            if i not in m.ready:
-                m.ready[i] = mark()
-                m.order.append(i)
-        return hook
+        def pre_hook(module, args):
+            m = self.marks
+            for p in module.parameters(recurse=False):
+                i = index.get(id(p))
+                if i is not None and m.need[i] is None:
+                    m.need[i] = mark()
 
-    handles = [mod.register_forward_pre_hook(pre_hook) for mod in w.model.modules()]
-    handles += [p.register_post_accumulate_grad_hook(grad_hook(i)) for i, (_, p) in enumerate(named)]
-    try:
+        def grad_hook(i):
+            def hook(_p):
+                m = self.marks
+                if i not in m.ready:
+                    m.ready[i] = mark()
+                    m.order.append(i)
+            return hook
+
+        self.handles = [mod.register_forward_pre_hook(pre_hook) for mod in w.model.modules()]
+        self.handles += [p.register_post_accumulate_grad_hook(grad_hook(i)) for i, (_, p) in enumerate(self.named)]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for h in self.handles:
+            h.remove()
+
+    def run(self, batch) -> _Marks:
+        mark = self.mark
+        m = self.marks = _Marks(None, None, None, [None] * len(self.named), {}, [])
         m.forward = mark()
-        loss = w.loss(w.model, batch)
+        loss = self.w.loss(self.w.model, batch)
         m.backward = mark()
         loss.backward()
         m.end = mark()
-    finally:
-        for h in handles:
-            h.remove()
-    return m
+        return m
 
-
-def _pass_profile(model: str, w, m: _Marks, seconds) -> "Profile":
-    """The profile of one hooked pass's marks, `seconds(start, end)` apart."""
-    named = [(n, p) for n, p in w.model.named_parameters() if p.requires_grad]
-    missing = [named[i][0] for i in range(len(named)) if i not in m.ready]
-    if missing:
-        raise ValueError(f"model {model!r}: parameters without a gradient: {missing[:3]}")
-    forward_s = seconds(m.forward, m.backward)
-    # a parameter no module hook saw: needed last
-    need = [forward_s if t is None else seconds(m.forward, t) for t in m.need]
-    numels = [p.numel() for _, p in named]
-    return Profile(model, w.local_batch, [n for n, _ in named], numels, named[0][1].element_size(),
-                   [named[i][0] for i in m.order], [seconds(m.backward, m.ready[i]) for i in range(len(named))], need,
-                   forward_s, seconds(m.backward, m.end), [0.0] * len(named), "roofline", 0.0)
+    def profile(self, model: str, m: _Marks, seconds) -> "Profile":
+        """The profile of one pass's marks, `seconds(start, end)` apart."""
+        named = self.named
+        missing = [named[i][0] for i in range(len(named)) if i not in m.ready]
+        if missing:
+            raise ValueError(f"model {model!r}: parameters without a gradient: {missing[:3]}")
+        forward_s = seconds(m.forward, m.backward)
+        # a parameter no module hook saw: needed last
+        need = [forward_s if t is None else seconds(m.forward, t) for t in m.need]
+        return Profile(model, self.w.local_batch, [n for n, _ in named], [p.numel() for _, p in named],
+                       named[0][1].element_size(), [named[i][0] for i in m.order],
+                       [seconds(m.backward, m.ready[i]) for i in range(len(named))], need, forward_s,
+                       seconds(m.backward, m.end), [0.0] * len(named), "roofline", 0.0)
 
 
 def buffer_buckets(module) -> list[int]:
@@ -255,7 +268,7 @@ def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, 
              cache: bool = True, threads: int | None = None, sharers: int = 1,
              cache_dir: Path | None = None) -> Profile:
     """The profile measured on `device` by one worker (PROFILE_FROM=measured): forward and backward
-    per layer from the hooks of `_hooked_marks` (host times on the CPU; on a GPU CUDA events read
+    per layer from the hooks of `_Hooked` (host times on the CPU; on a GPU CUDA events read
     after the window, never a synchronisation in a hook: `_measure`), the medians over at least `iters`
     passes after `warmup` and at least WINDOW_S seconds, scaled to the mean whole iteration over
     that window (a throughput is a mean: on a shared machine an iteration is either untouched or
@@ -386,42 +399,41 @@ def _measure(model: str, local_batch: int, dev, iters: int, warmup: int, min_win
     event per mark, recorded on the stream the kernels run on and read after the window, so the
     hooks never wait for the device and the iterations keep the overlap of kernel launches with
     the device's work that a run has. Synchronising in every hook instead measured ResNet-50 at
-    batch 64 on an H100 at 1,036 samples/s, against 1,650 for ddlbench's one worker)."""
+    batch 64 on an H100 at 1,036 samples/s, against 1,650 for ddlbench's one worker). The hooks
+    are registered once, before the window, not in every timed iteration."""
+    import time
+
     import torch
 
     from ddlbench.methods.mgwfbp import clock_for
 
+    clock = clock or clock_for(dev)
+    on_gpu = nullcontext()
     if dev.type == "cuda":
         torch.backends.cudnn.benchmark = True  # as the run sets it (driver)
-        with torch.cuda.device(dev):  # the events go to this GPU's streams (cuda:N too), not cuda:0's
-            return _measure_on(model, local_batch, dev, iters, warmup, min_window_s, clock or clock_for(dev))
-    return _measure_on(model, local_batch, dev, iters, warmup, min_window_s, clock or clock_for(dev))
-
-
-def _measure_on(model: str, local_batch: int, dev, iters: int, warmup: int, min_window_s: float, clock):
-    import time
-
+        on_gpu = torch.cuda.device(dev)  # the events go to this GPU's streams (cuda:N too), not cuda:0's
     w, opt = _workload(model, local_batch, dev)
     # batches made before the clock, as the run makes them (driver): making one (ResNet-50 at 64:
     # 38 MB drawn on the host, then copied) inside the loop starves the GPU at every iteration start
     batches = [w.make_batch(0, 0, b, dev) for b in range(PROFILE_BATCHES)]
     timed = []  # per measured iteration: (its pass's marks, step start, iteration start, iteration end)
     it, since = 0, None
-    while it < warmup + iters or time.perf_counter() - since < min_window_s:
-        batch = batches[it % PROFILE_BATCHES]
-        if it == warmup:
-            since = time.perf_counter()
-        start = clock.mark()
-        opt.zero_grad(set_to_none=True)
-        marks = _hooked_marks(w, batch, clock.mark)
-        t = clock.mark()
-        opt.step()
-        end = clock.mark()
-        if it >= warmup:
-            timed.append((marks, t, start, end))
-        it += 1
-    clock.settle()
-    runs = [_pass_profile(model, w, marks, clock.seconds) for marks, _, _, _ in timed]
+    with on_gpu, _Hooked(w, clock.mark) as hooked:
+        while it < warmup + iters or time.perf_counter() - since < min_window_s:
+            batch = batches[it % PROFILE_BATCHES]
+            if it == warmup:
+                since = time.perf_counter()
+            start = clock.mark()
+            opt.zero_grad(set_to_none=True)
+            marks = hooked.run(batch)
+            t = clock.mark()
+            opt.step()
+            end = clock.mark()
+            if it >= warmup:
+                timed.append((marks, t, start, end))
+            it += 1
+        clock.settle()
+    runs = [hooked.profile(model, marks, clock.seconds) for marks, _, _, _ in timed]
     steps = [clock.seconds(t, end) for _, t, _, end in timed]
     whole = [clock.seconds(start, end) for _, _, start, end in timed]
     mid = statistics.median
