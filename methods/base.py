@@ -13,6 +13,7 @@ push/pull to parameter servers). It must be lossless: the averaged gradient equa
 """
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +48,27 @@ class Context:
         """How long start-up waits (peers building BERT-Large, servers waiting for their first
         worker) may take: a bound of its own, longer than the communication timeout."""
         return self.extra.get("startup_timeout_s", 600)
+
+
+def bind_device(device) -> None:
+    """Make `device` the calling thread's CUDA device. A new thread starts on cuda:0, and its
+    first CUDA call there (synchronizing an event, leaving a `torch.cuda.stream` block, which
+    restores cuda:0's stream) creates a context on GPU 0: every rank of a node would then hold
+    one on GPU 0, hundreds of MiB each, out of rank 0's memory. No-op off CUDA."""
+    if device is not None and torch.device(device).type == "cuda":
+        torch.cuda.set_device(device)
+
+
+def start_thread(target, name: str, device=None, args: tuple = ()) -> threading.Thread:
+    """A started daemon helper thread that runs `target(*args)` on `device` (`bind_device`).
+    Every helper thread of a method starts here, so none can forget its device."""
+    def run() -> None:
+        bind_device(device)
+        target(*args)
+
+    thread = threading.Thread(target=run, daemon=True, name=name)
+    thread.start()
+    return thread
 
 
 def control_group(workers: int):

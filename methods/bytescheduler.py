@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from .base import GradSync
+from .base import GradSync, start_thread
 from .grouped import broadcast_parameters
 
 STOP = -1
@@ -135,8 +135,7 @@ class ByteScheduler(GradSync):
             if mine:
                 module.register_forward_pre_hook(self._wait_for(mine))
         self.order = self._order_domain()
-        self.thread = threading.Thread(target=self._guarded, daemon=True, name="bytescheduler")
-        self.thread.start()
+        self.thread = start_thread(self._guarded, "bytescheduler", self.ctx.device)
 
     # -- backward side: queue partitions ----------------------------------------------------
     def _grad_ready(self, i: int):

@@ -30,6 +30,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from .base import start_thread
 from .ps_stage import Stager
 
 STOP = -1  # header key that ends a receiving thread
@@ -315,10 +316,7 @@ class Engines:
         self._senders: dict[int, list] = {}
         self._counts = [{"pushes": 0, "bytes_in": 0} for _ in range(threads)]
         self.error: BaseException | None = None
-        self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True, name=f"ps-engine{i}")
-                         for i in range(threads)]
-        for t in self._threads:
-            t.start()
+        self._threads = [start_thread(self._run, f"ps-engine{i}", None, (i,)) for i in range(threads)]  # a server: no device
 
     def push(self, key: int, iteration: int, sender, data: torch.Tensor) -> None:
         self._queues[self.map.thread_of(key, data.numel() * data.element_size())].put((key, iteration, sender, data))

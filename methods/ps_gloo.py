@@ -17,6 +17,7 @@ import threading
 import torch
 import torch.distributed as dist
 
+from .base import start_thread
 from .ps import STOP, Engines, PushPull, receive_plan, recv_within
 from .ps_stage import Lane
 
@@ -35,11 +36,9 @@ class GlooPushPull(PushPull):
         if not self.pushes:
             return
         self._send_locks = [threading.Lock() for _ in range(self.S)]
-        self._acks = Lane("push-acks", self.fail)  # waits on every push in order
-        self._threads = [threading.Thread(target=self._receive_from, args=(s,), daemon=True, name=f"pull-from-server{s}")
+        self._acks = Lane("push-acks", self.fail, self.ctx.device)  # waits on every push in order
+        self._threads = [start_thread(self._receive_from, f"pull-from-server{s}", self.ctx.device, (s,))
                          for s in range(self.S)]
-        for t in self._threads:
-            t.start()
 
     def _send(self, h, data, iteration) -> None:
         part = h.part
@@ -131,9 +130,7 @@ def serve(rank: int, layout, tracer) -> dict:
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=guarded, args=(w,), daemon=True, name=f"push-from-worker{w}") for w in pushers]
-    for t in threads:
-        t.start()
+    threads = [start_thread(guarded, f"push-from-worker{w}", None, (w,)) for w in pushers]  # a server: no device
     while not errors and engines.error is None:  # until every pusher said STOP, or a failure
         alive = [t for t in threads if t.is_alive()]
         if not alive:

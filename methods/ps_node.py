@@ -36,6 +36,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from .base import start_thread
 from .ps import recv_within
 from .ps_stage import Lane
 
@@ -152,12 +153,11 @@ class NodeLayer:
         self._reduced = [collections.deque() for _ in message_numels]    # reduced, not yet broadcast
         self._arrived = threading.Condition(self._lock)
         self._live: set = set()
-        self._completions = Lane("node-completions", self.fail)  # node collectives, in issue order
+        self._completions = Lane("node-completions", self.fail, self.stager.device)  # node collectives, in issue order
         self._ops: queue.SimpleQueue = queue.SimpleQueue()  # the leader's next collectives
         self._sends: collections.deque = collections.deque()  # control sends in flight
         self._stopping = False
-        self._thread = threading.Thread(target=self._guarded, daemon=True, name="node-dispatcher")
-        self._thread.start()
+        self._thread = start_thread(self._guarded, "node-dispatcher", self.stager.device)
 
     # -- the schedule's side -----------------------------------------------------------------
     def reduce_async(self, flat: torch.Tensor, *, iteration: int, tensors: list[str], group: int,

@@ -26,20 +26,20 @@ from __future__ import annotations
 
 import contextlib
 import queue
-import threading
 
 import torch
+
+from .base import start_thread
 
 
 class Lane:
     """One thread that runs queued calls in order. The first error goes to `on_error` (the
     transport fails every waiter) and ends the lane."""
 
-    def __init__(self, name: str, on_error):
+    def __init__(self, name: str, on_error, device=None):
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._on_error = on_error
-        self._thread = threading.Thread(target=self._run, daemon=True, name=name)
-        self._thread.start()
+        self._thread = start_thread(self._run, name, device)
 
     def put(self, call) -> None:
         self._queue.put(call)
@@ -69,9 +69,9 @@ class Stager:
             self.d2h_stream = torch.cuda.Stream(device)
             self.h2d_stream = torch.cuda.Stream(device)
             self.node_stream = torch.cuda.Stream(device)
-            self._h2d_done = Lane("ps-h2d-done", on_error)
-        self._d2h = Lane("ps-d2h", on_error)
-        self._h2d = Lane("ps-h2d", on_error)
+            self._h2d_done = Lane("ps-h2d-done", on_error, device)
+        self._d2h = Lane("ps-d2h", on_error, device)
+        self._h2d = Lane("ps-h2d", on_error, device)
 
     def host_buffer(self, numel: int, dtype: torch.dtype) -> torch.Tensor:
         return torch.empty(numel, dtype=dtype, pin_memory=self.cuda)

@@ -42,6 +42,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from .base import start_thread
 from .ps import Engines, PushPull, receive_plan
 
 PUSH, ACK, PULL, STOP = 0, 1, 2, 3
@@ -245,9 +246,7 @@ class ZmqPushPull(PushPull):
         self.ctx.tracer.meta("ps_servers", {"host": socket.gethostname(), "addresses": self.server_addrs})
         self._zctx = zmq.Context.instance()
         self._mailbox = Mailbox(self._zctx)
-        t = threading.Thread(target=self._io, daemon=True, name="zmq-io")
-        t.start()
-        self._threads = [t]
+        self._threads = [start_thread(self._io, "zmq-io", self.ctx.device)]
 
     def describe(self) -> dict:
         return {**super().describe(), "ps_server_addresses": getattr(self, "server_addrs", None)}

@@ -15,6 +15,8 @@ import time
 import torch
 import torch.distributed as dist
 
+from .base import start_thread
+
 
 class Handle:
     def __init__(self, work, on_wait=None):
@@ -111,8 +113,7 @@ class AllReduce(_Averaging):
         landed = threading.Event()
         if self._landing is None:
             self._landing = queue.SimpleQueue()
-            self._thread = threading.Thread(target=self._complete, daemon=True, name="allreduce-completion")
-            self._thread.start()
+            self._thread = start_thread(self._complete, "allreduce-completion", self.ctx.device)
         self._landing.put((work, t0, args, on_done, landed))
         return landed
 
@@ -184,7 +185,7 @@ def early_completion_all_reduce(flat: torch.Tensor, *, group=None, async_op: boo
         flat.copy_(scratch)
         landed.set()
 
-    threading.Thread(target=land, daemon=True, name="early-completion").start()
+    start_thread(land, "early-completion")  # CPU only (Gloo)
     return _EarlyWork(landed)
 
 
@@ -240,8 +241,7 @@ class HorovodAllReduce(_Averaging):
         with self._cond:
             self._pending.append((handle, t0, args, on_done, landed))
             if self._thread is None:
-                self._thread = threading.Thread(target=self._poll, daemon=True, name="horovod-poller")
-                self._thread.start()
+                self._thread = start_thread(self._poll, "horovod-poller", self.ctx.device)
             self._cond.notify()
         return Handle(None, on_wait=lambda: self._wait(landed))
 
