@@ -111,6 +111,9 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> None:
         # `startup_timeout_s`, so a server (or a fast worker) never waits out the much shorter
         # communication timeout while a peer builds BERT-Large.
         startup = dist.new_group(backend="gloo", timeout=timedelta(seconds=cfg.startup_timeout_s))
+        # The run's end (gathering fingerprints, hosts and traces; the last barrier) is a control
+        # message too: Gloo, whatever the device, under the communication timeout.
+        ending = dist.new_group(backend="gloo", timeout=timedelta(seconds=cfg.comm_timeout_s))
         # PS methods: who pushes, and each machine's groups, made on every rank in one order.
         ps = methods.ps_setup(cfg.method, W, S, workers_per_node(cfg), cfg.comm_timeout_s, cfg.startup_timeout_s,
                               startup) if S else None
@@ -138,7 +141,7 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> None:
             server_stats = None
         gathered = [None] * world
         trace_path = str(tracer.save(run_dir / f"trace-rank{rank}.json")) if cfg.trace else None
-        dist.all_gather_object(gathered, (fp, socket.gethostname(), trace_path, server_stats))
+        dist.all_gather_object(gathered, (fp, socket.gethostname(), trace_path, server_stats), group=ending)
         fps = [g[0] for g in gathered[:W]]
         if rank == 0:
             if cfg.save_params:
@@ -157,7 +160,7 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> None:
             })
         # Tear down only when every rank is done: a rank that closes its Gloo connections
         # while a peer still finishes the last collective makes that peer abort at exit.
-        dist.barrier()
+        dist.barrier(group=ending)
     finally:
         dist.destroy_process_group()
 
