@@ -121,7 +121,25 @@ def parse(argv) -> argparse.Namespace:
         a.backends = [x for x in a.backends if x[0] in ACROSS_HOSTS]
     if a.slurm:
         check_slurm_nodes(a)
+    else:
+        check_gpus_here(a)
     return a
+
+
+def check_gpus_here(a) -> None:
+    """On this machine (locally, or across its emulated hosts) every rank of a CUDA measurement
+    takes a GPU of its own (its local rank, or its host's slice), the ps mode's server included:
+    the largest measurement needs that many, or its ranks fail at start-up."""
+    todo = [m for m in measurements(a) if m[2] == "cuda"]
+    if not todo:
+        return
+    import torch
+
+    need, have = max(procs_of(mode, w) for mode, _, _, _, w in todo), torch.cuda.device_count()
+    if need > have:
+        raise BadInput(f"devices=cuda needs {need} GPUs here (a GPU per rank: up to {max(a.workers)} workers, 4 in "
+                       f"the groups mode, workers + 1 in the ps mode) and {have} are visible; accepted: --workers and "
+                       f"--mode within {have} GPUs (WORKERS=2 CB_MODE=sizes needs 2), or --devices cpu")
 
 
 def across_hosts_only(a, how: str) -> None:
@@ -435,6 +453,7 @@ def write_network(rows: list[dict], name: str | None, data_path: Path, how: str 
     except ValueError as exc:
         print(f"commbench: no network config written: {exc}", file=sys.stderr)
         return None
-    path = network.write_config(spec)
-    print(f"network config for the predictor written to {path} (NETWORK={name})")
+    path, kept = network.replace_config(spec)
+    print(f"network config for the predictor written to {path} (NETWORK={name})"
+          + (f"; the one it replaced is kept as {kept}" if kept else ""))
     return path

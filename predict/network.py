@@ -757,12 +757,29 @@ def _ps_fit(rows: list[dict]):
 
 
 def write_config(spec: dict, directory: Path | None = None) -> Path:
+    return replace_config(spec, directory)[0]
+
+
+def replace_config(spec: dict, directory: Path | None = None) -> tuple[Path, Path | None]:
+    """Write the network config `spec` as <directory>/<name>.yaml: (its path, where the config it
+    replaced is kept, or None). A config that would change is first copied to
+    <name>.yaml.<time>.bak beside it (git-ignored, not a network Hydra lists): a small or partial
+    make commbench must not silently replace a calibration that took a full sweep."""
+    import shutil
+    import time
+
     import yaml
 
     path = (directory or conf_dir()) / f"{spec['name']}.yaml"
     head = "# Written by make commbench (predict.network.commbench_network): the user's own network, fitted\n" \
            "# from the all-reduce records in `data`; rerun make commbench to refresh.\n"
+    text = head + yaml.safe_dump(spec, sort_keys=False)
+    kept = None
+    if path.exists() and path.read_text() != text:
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.localtime(path.stat().st_mtime))
+        kept = path.with_name(f"{path.name}.{stamp}.bak")
+        shutil.copy2(path, kept)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(head + yaml.safe_dump(spec, sort_keys=False))
+    tmp.write_text(text)
     tmp.replace(path)
-    return path
+    return path, kept

@@ -179,7 +179,7 @@ def test_commbench_writes_no_network_from_a_sweep_still_running(tmp_path, monkey
         raise AssertionError("a network config was written")
 
     monkeypatch.setattr(cli, "_measure_all", measure)
-    monkeypatch.setattr(network, "write_config", written)
+    monkeypatch.setattr(network, "replace_config", written)
     rc = cli.main(["--workers", "2", "--backends", "gloo", "--results", str(tmp_path), "--network-name", "x"])
     err = capsys.readouterr().err
     assert rc == 1
@@ -188,3 +188,53 @@ def test_commbench_writes_no_network_from_a_sweep_still_running(tmp_path, monkey
     monkeypatch.setattr(cli, "_measure_all", lambda *args: rows)  # the same rows, the sweep whole: fitted
     with pytest.raises(AssertionError, match="a network config was written"):
         cli.main(["--workers", "2", "--backends", "gloo", "--results", str(tmp_path), "--network-name", "x"])
+
+
+def test_a_cuda_sweep_needs_a_gpu_per_rank_here(monkeypatch):
+    """Every rank of a local CUDA measurement takes its own GPU (the ps mode's server too): a sweep
+    larger than the GPUs visible is refused before any rank starts (it used to come back as
+    'job exited with 1' rows)."""
+    import torch
+
+    from ddlbench.commbench import cli
+
+    monkeypatch.setattr(cli, "why_unavailable", lambda *args, **kwargs: None)  # gloo and nccl usable
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(BadInput) as err:
+        parse(["--devices", "cuda", "--backends", "gloo", "--workers", "2", "--mode", "groups"])
+    assert "needs 4 GPUs" in str(err.value) and "2 are visible" in str(err.value)
+    with pytest.raises(BadInput, match="needs 3 GPUs"):
+        parse(["--devices", "cuda", "--backends", "gloo", "--workers", "2", "--mode", "ps"])
+    a = parse(["--devices", "cuda", "--backends", "gloo", "--workers", "2", "--mode", "sizes"])
+    assert a.backends == [("gloo", "cuda", None)]
+    a = parse(["--devices", "cpu", "--backends", "gloo", "--workers", "4", "--mode", "groups"])  # no GPU asked
+    assert a.backends == [("gloo", "cpu", None)]
+
+
+def test_a_new_network_config_keeps_the_one_it_replaces(tmp_path, monkeypatch, capsys):
+    """A small or partial make commbench used to overwrite conf/network/<name>.yaml, a full
+    sweep's calibration, without a word: the replaced config is now kept beside it (not a .yaml,
+    so not a network), and commbench says where."""
+    import yaml
+
+    from ddlbench.commbench import cli
+    from ddlbench.predict import network
+
+    monkeypatch.setattr(network, "conf_dir", lambda: tmp_path)
+
+    def rows(t_us):
+        return [{"mode": "sizes", "collective": "all_reduce", "dtype": "fp32", "device": "cpu", "workers": 2,
+                 "backend": "gloo", "bytes": n, "time_us": t_us + n / 1e3, "time_us_p50": t_us + n / 1e3,
+                 "time_us_min": t_us, "time_us_max": t_us + n / 1e3, "iters": 10, "algbw_GBps": 1.0,
+                 "busbw_GBps": 1.0, "wrong": 0} for n in (1024, 1 << 20)]
+
+    first = cli.write_network(rows(100.0), "mine", tmp_path)
+    calibrated = first.read_text()
+    assert "kept" not in capsys.readouterr().out and not list(tmp_path.glob("*.bak"))
+    again = cli.write_network(rows(300.0), "mine", tmp_path)  # another sweep: another fit
+    assert again == first and again.read_text() != calibrated
+    kept = list(tmp_path.glob("mine.yaml.*.bak"))
+    assert len(kept) == 1 and kept[0].read_text() == calibrated
+    assert f"the one it replaced is kept as {kept[0]}" in capsys.readouterr().out
+    assert network.replace_config(yaml.safe_load(again.read_text()), tmp_path)[1] is None  # the same: nothing kept
+    assert len(list(tmp_path.glob("*.bak"))) == 1
