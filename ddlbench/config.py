@@ -171,6 +171,39 @@ def _int(cfg, key: str, minimum: int) -> int:
     return value
 
 
+def _switch(cfg, key: str) -> None:
+    """An on/off setting, where the config has it: true or false (not `maybe`, not `1`)."""
+    value = OmegaConf.select(cfg, key, default=None)
+    if value is not None and not isinstance(value, bool):
+        raise ConfigError(f"{key}={value!r} is invalid; accepted: true, false")
+
+
+def _number(cfg, key: str, low: float, high: float | None = None, low_open: bool = True) -> None:
+    """A real-valued setting: a finite number above `low` (or at it, `low_open=False`), below `high`."""
+    value = OmegaConf.select(cfg, key)
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+        and (value > low if low_open else value >= low) and (high is None or value < high)
+    if not ok:
+        bounds = f"{'>' if low_open else '>='} {low:g}" + (f" and < {high:g}" if high is not None else "")
+        raise ConfigError(f"{key}={value!r} is invalid; accepted: a number {bounds}")
+
+
+# The models' sizes (conf/model/): integers >= 1 where a model has them.
+MODEL_SIZES = ("image_size", "num_classes", "width", "seq_len", "hidden_size", "num_hidden_layers",
+               "num_attention_heads", "intermediate_size", "vocab_size")
+SWITCHES = ("trace", "save_params", "skip_recorded", "launcher.share_gpu")
+
+
+def _check_model(cfg) -> None:
+    m = cfg.model
+    for key in MODEL_SIZES:
+        if key in m:
+            _int(cfg, f"model.{key}", 1)
+    if "hidden_size" in m and "num_attention_heads" in m and m.hidden_size % m.num_attention_heads:
+        raise ConfigError(f"model.hidden_size={m.hidden_size} is not a multiple of model.num_attention_heads="
+                          f"{m.num_attention_heads}; accepted: heads that divide the hidden size")
+
+
 def resolve(cfg: DictConfig) -> DictConfig:
     """Validate a composed config and fill derived values (device, local_batch, backend,
     profile.distinct_batches). In place."""
@@ -211,6 +244,13 @@ def resolve(cfg: DictConfig) -> DictConfig:
         threads = cfg.launcher.get("threads_per_worker", "auto")
         if threads != "auto":
             _int(cfg, "launcher.threads_per_worker", 1)
+        if "max_workers_per_cpu" in cfg.launcher:
+            _int(cfg, "launcher.max_workers_per_cpu", 1)
+        for key in SWITCHES:
+            _switch(cfg, key)
+        _number(cfg, "optimizer.lr", 0)
+        _number(cfg, "optimizer.momentum", 0, 1, low_open=False)
+        _check_model(cfg)
         _check_results_dir(cfg)
         _check_method(cfg)
         _check_engine(cfg)
@@ -312,8 +352,8 @@ def _check_method(cfg) -> None:
         raise _bad("method.ps_topology", m.ps_topology, TOPOLOGIES)
     if "server_engine_threads" in m:
         _int(cfg, "method.server_engine_threads", 1)
-    if "bucket_cap_mb" in m and not m.bucket_cap_mb > 0:
-        raise ConfigError(f"method.bucket_cap_mb={m.bucket_cap_mb!r} is invalid; accepted: > 0")
+    if "bucket_cap_mb" in m:
+        _number(cfg, "method.bucket_cap_mb", 0)
     for key in ("alpha_s", "beta_s_per_byte"):
         if key in m and m[key] is not None and not (isinstance(m[key], (int, float)) and m[key] >= 0):
             raise ConfigError(f"method.{key}={m[key]!r} is invalid; accepted: null (fitted) or a number >= 0")

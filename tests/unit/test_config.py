@@ -83,6 +83,19 @@ def test_a_torchvision_name_becomes_the_torchvision_model():
         ("method=bytescheduler-a2a method.credit_params=1.5", ["credit_params=1.5", "integer"]),
         ("method=bsp-ps workers=8 servers=1", ["workers=8 + servers=1", "<= 8"]),
         ("launcher.share_gpu=true device=cuda", ["share_gpu=true", "backend=nccl", "accepted: backend=gloo"]),
+        # values a worker used to crash on, after start-up, with a traceback and a failed record
+        ("optimizer.lr=abc", ["optimizer.lr='abc'", "a number > 0"]),
+        ("optimizer.lr=0", ["optimizer.lr=0", "a number > 0"]),
+        ("optimizer.momentum=abc", ["optimizer.momentum='abc'", ">= 0 and < 1"]),
+        ("optimizer.momentum=1.5", ["optimizer.momentum=1.5", ">= 0 and < 1"]),
+        ("model.num_classes=0", ["model.num_classes=0", ">= 1"]),
+        ("model.image_size=abc", ["model.image_size='abc'", "integer >= 1"]),
+        ("model=tiny-bert model.num_attention_heads=3", ["hidden_size=32", "num_attention_heads=3"]),
+        ("method=ddp method.bucket_cap_mb=abc", ["method.bucket_cap_mb='abc'", "a number > 0"]),
+        ("launcher.max_workers_per_cpu=abc", ["launcher.max_workers_per_cpu='abc'", ">= 1"]),
+        ("launcher.max_workers_per_cpu=0", ["launcher.max_workers_per_cpu=0", ">= 1"]),
+        ("trace=maybe", ["trace='maybe'", "true, false"]),
+        ("save_params=1", ["save_params=1", "true, false"]),
     ],
 )
 def test_bad_values_are_one_line_errors(override, words):
