@@ -21,6 +21,13 @@ OVERRIDES ?=
 ENGINE   ?= torch
 CLUSTER  ?= local
 DRY_RUN  ?=
+CLUSTERS := local slurm emulated
+ifneq ($(words $(CLUSTER)),1)
+$(error CLUSTER='$(CLUSTER)' is invalid; accepted: $(CLUSTERS))
+endif
+ifeq ($(filter $(CLUSTER),$(CLUSTERS)),)
+$(error CLUSTER=$(CLUSTER) is invalid; accepted: $(CLUSTERS))
+endif
 
 comma := ,
 ALL_METHODS := bsp-ps,bsp-a2a,wfbp-ps,wfbp-a2a,mg-wfbp,bytescheduler-ps,bytescheduler-a2a,ddp
@@ -90,7 +97,11 @@ auto_args = --model $(MODEL) --profile $(PROFILE) --cluster $(CLUSTER) $(if $(LI
 # METHOD=auto it is predicted so, and passed on if a PS method wins.
 not_ps := $(filter-out %-ps,$(subst $(comma), ,$(methods)))
 ps_methods := $(filter %-ps,$(subst $(comma), ,$(ALL_METHODS)))
+# LINK and INTRA_LINK shape the emulated cluster's links; elsewhere they would be ignored.
+check_links = if [ -n "$(LINK)$(INTRA_LINK)" ] && [ "$(launcher_name)" != emulated ]; then \
+	echo "$@: error: LINK=$(LINK) INTRA_LINK=$(INTRA_LINK) with CLUSTER=$(CLUSTER): links are emulated only; accepted: CLUSTER=emulated, or leave them out" >&2; exit 2; fi
 reproduce: install
+	@$(check_links)
 	@status=0; \
 	if [ "$(METHOD)" = auto ]; then \
 		for w in $(subst $(comma), ,$(WORKERS)); do \
@@ -116,6 +127,7 @@ reproduce: install
 EXPERIMENTS ?= fig4a-resnet50 fig4b-bert-base fig4c-bert-large
 paper_args := results_dir=$(RESULTS) $(cluster_args) $(if $(filter slurm,$(LAUNCHER)),launcher.wait=false) $(OVERRIDES)
 reproduce-paper: install
+	@$(check_links)
 	@for e in $(EXPERIMENTS); do \
 		$(PY) -m ddlbench experiment=$$e $(paper_args) || exit $$?; \
 		$(PY) -m ddlbench method=bsp-a2a workers=1 model=$${e#*-} profile=study device=cuda skip_recorded=true \

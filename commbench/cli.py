@@ -94,6 +94,15 @@ def parse(argv) -> argparse.Namespace:
         raise BadInput(f"factor={a.factor} is invalid; accepted: 2, 4")
     if a.iters < 1 or a.warmup < 0:
         raise BadInput(f"iters={a.iters}, warmup={a.warmup} are invalid; accepted: iters >= 1, warmup >= 0")
+    if a.fusion_iters < 1:
+        raise BadInput(f"fusion-iters={a.fusion_iters} is invalid; accepted: >= 1")
+    if not a.timeout > 0:
+        raise BadInput(f"timeout={a.timeout:g} is invalid; accepted: seconds > 0")
+    if "fusion" in a.modes:
+        from ddlbench.config import conf_dir
+
+        known = sorted(p.stem for p in (conf_dir() / "model").glob("*.yaml"))
+        _list(a.fusion_models, tuple(known), "fusion model")  # the models whose gradients it sends
     try:
         counts = [int(w) for w in a.workers.split(",")]
     except ValueError:

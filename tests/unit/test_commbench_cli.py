@@ -28,6 +28,9 @@ from ddlbench.commbench.cli import BadInput, parse
         (["--slurm", "--partition", "p", "--sbatch", "=x"], ["--sbatch '=x'", "KEY=VALUE"]),
         (["--partition", "p"], ["for --slurm", "accepted: add --slurm"]),
         (["--time-min", "5"], ["for --slurm", "accepted: add --slurm"]),
+        (["--mode", "fusion", "--fusion-models", "foo"], ["fusion model 'foo'", "resnet50", "tiny-resnet"]),
+        (["--fusion-iters", "0"], ["fusion-iters=0", ">= 1"]),
+        (["--timeout", "-5"], ["timeout=-5", "seconds > 0"]),
     ],
 )
 def test_bad_input_is_a_clear_error(args, words):
@@ -238,3 +241,38 @@ def test_a_new_network_config_keeps_the_one_it_replaces(tmp_path, monkeypatch, c
     assert f"the one it replaced is kept as {kept[0]}" in capsys.readouterr().out
     assert network.replace_config(yaml.safe_load(again.read_text()), tmp_path)[1] is None  # the same: nothing kept
     assert len(list(tmp_path.glob("*.bak"))) == 1
+
+
+@pytest.mark.parametrize("args, words", [
+    (["reproduce", "CLUSTER=slrum"], ["CLUSTER=slrum is invalid", "accepted: local slurm emulated"]),
+    (["predict", "CLUSTER=foo"], ["CLUSTER=foo is invalid"]),
+    (["reproduce", "LINK=100mbit"], ["LINK=100mbit", "CLUSTER=local", "accepted: CLUSTER=emulated"]),
+    (["reproduce-paper", "CLUSTER=slurm", "INTRA_LINK=10gbit"], ["INTRA_LINK=10gbit", "CLUSTER=slurm"]),
+])
+def test_make_refuses_a_cluster_or_link_it_would_ignore(args, words, tmp_path):
+    """CLUSTER=foo ran the whole local sweep and LINK without CLUSTER=emulated was dropped, both
+    with exit 0: now one line, exit 2, before anything runs."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    import os
+    import signal
+
+    # its own session: where the check is missing, make starts a whole sweep, which the timeout
+    # must end with every process it started
+    with subprocess.Popen(["make", "-s", *args, f"RESULTS={tmp_path}", f"PY={sys.executable}",
+                           "-o", f"{repo}/.venv/.installed"], cwd=repo, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, start_new_session=True) as proc:
+        try:
+            out, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            pytest.fail(f"make {' '.join(args)} ran on for 60 s instead of refusing")
+    assert proc.returncode == 2, (out[-1000:], err[-1000:])
+    line = [ln for ln in err.splitlines()
+            if ("error" in ln or "***" in ln) and not ln.startswith("make: *** [")]  # make's own "Error 2" after a recipe
+    assert len(line) == 1 and all(w in line[0] for w in words), err
+    assert not list(tmp_path.iterdir())  # nothing ran
