@@ -144,10 +144,44 @@ def main(argv=None) -> int:
     ap.add_argument("--reference", default=str(reference.DEFAULT_CSV))
     args = ap.parse_args(argv)
     results = Path(args.results)
-    index = build(results, Path(args.out) if args.out else results / "report", Path(args.reference))
+    out = Path(args.out) if args.out else results / "report"
+    bad = paths_problem(results, args.out, out, Path(args.reference))
+    if bad:  # said before anything is read or written
+        print(f"report: error: {bad}", file=sys.stderr)
+        return 2
+    try:
+        index = build(results, out, Path(args.reference))
+    except OSError as exc:  # checked above; what is left (a full disk, a read-only mount) is one line too
+        print(f"report: error: {out} could not be written ({exc}); accepted: a directory you can write",
+              file=sys.stderr)
+        return 2
     print(f"report: {index}")
     return 0
 
+
+def paths_problem(results: Path, given_out: str | None, out: Path, reference_csv: Path) -> str | None:
+    """Why the report cannot read RESULTS or the reference CSV, or write its folder: said in one
+    line before any work (nothing is created here)."""
+    import os
+
+    if not results.exists():
+        return f"results directory {results} does not exist; accepted: a results directory"
+    if not results.is_dir() and given_out is None:
+        return (f"{results} is not a directory; accepted: a results directory "
+                f"(or a .jsonl file of records with --out DIR)")
+    if not reference_csv.is_file():
+        return f"--reference {reference_csv} is not a file; accepted: a CSV of published numbers"
+    what = f"--out {given_out}" if given_out is not None else f"report folder {out}"
+    for d in (out, *out.absolute().parents):  # the deepest that exists must take new entries
+        if not d.exists():
+            continue
+        if not d.is_dir():
+            why = "is not a directory" if d == out else f"is unusable: {d} exists and is not a directory"
+            return f"{what} {why}; accepted: a directory you can write (or create)"
+        if not os.access(d, os.W_OK | os.X_OK):
+            return f"{what} is unusable: {d} is not writable by this user; accepted: a directory you can write (or create)"
+        return None
+    return None
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -322,7 +322,8 @@ def _record_unless_written(cfg, rec: dict, run_dir: Path, results: Path, reason)
     from . import _say, finish
 
     # a requeued job leaves a record per attempt that got to write one: the last attempt's counts
-    mine = [r for r in load([results]).records if r.get("run_dir") == str(run_dir)]
+    mine = [r for r in load([results], check=False).records  # as written: the tables' field checks are not for resume
+            if r.get("run_dir") == str(run_dir)]
     if mine:
         r = max(mine, key=lambda r: r.get("slurm_attempt") or 0)
         _say(r, results)

@@ -1,6 +1,8 @@
 """Run records: atomic appends, tolerant reading, and the summary table's arithmetic."""
 import json
 
+import pytest
+
 from ddlbench import record
 from ddlbench.analysis import summary, tables
 from ddlbench.analysis.records import load
@@ -55,3 +57,106 @@ def test_env_knobs_are_the_ones_that_change_measurements():
     knobs = record.env_knobs({"NCCL_ALGO": "Ring", "OMP_NUM_THREADS": "2", "HOME": "/root", "GLOO_SOCKET_IFNAME": "lo"})
     assert knobs == {"GLOO_SOCKET_IFNAME": "lo", "NCCL_ALGO": "Ring", "OMP_NUM_THREADS": "2"}
     assert json.dumps(record.versions())
+
+
+GOOD = rec("bsp-a2a", 2, [10.0, 12.0])
+
+
+def one_line_error(err: str, *names: str) -> None:
+    """A user's error: one line naming the bad value and what is accepted, no traceback."""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert "error:" in lines[0] and "accepted:" in lines[0], err
+    assert all(n in lines[0] for n in names), err
+
+
+def test_a_missing_results_path_is_one_line_and_keeps_an_earlier_export(tmp_path, capsys):
+    keep = tmp_path / "keep.jsonl"
+    keep.write_text(json.dumps(GOOD) + "\n")
+    typo = tmp_path / "typo-path"
+    assert summary.main([str(typo), "--export", str(keep)]) == 2
+    one_line_error(capsys.readouterr().err, str(typo))
+    assert keep.read_text() == json.dumps(GOOD) + "\n"
+
+
+def test_an_export_of_nothing_leaves_the_file_alone_and_says_so(tmp_path, capsys):
+    results = tmp_path / "results"
+    results.mkdir()
+    keep = tmp_path / "keep.jsonl"
+    keep.write_text(json.dumps(GOOD) + "\n")
+    assert summary.main([str(results), "--export", str(keep)]) == 0
+    assert keep.read_text() == json.dumps(GOOD) + "\n"
+    err = capsys.readouterr().err
+    assert "nothing to export" in err and str(keep) in err
+    assert summary.main([str(results), "--export", str(tmp_path / "new.jsonl")]) == 0
+    assert not (tmp_path / "new.jsonl").exists()
+
+
+BAD_FIELDS = [  # (the bad part of a record, the field its warning names)
+    ({"model": None}, "model"),                   # a record missing `model`
+    ({"workers": "two"}, "workers"),
+    ({"host_busy_cores": "x", "host_cores": 2}, "host_busy_cores"),
+    ({"local_batch": "4"}, "local_batch"),
+    ({"samples_per_sec_per_repeat": ["a"]}, "samples_per_sec_per_repeat"),
+    ({"network": "ib"}, "network"),
+    ({"config": {"launcher": {"workers_per_node": "x"}}}, "workers_per_node"),
+]
+
+
+@pytest.mark.parametrize("bad, field", BAD_FIELDS, ids=[f for _, f in BAD_FIELDS])
+def test_a_record_with_a_bad_field_is_skipped_with_one_line_and_the_rest_shown(tmp_path, capsys, bad, field):
+    results = tmp_path / "results"
+    (results / "records").mkdir(parents=True)
+    broken = {**GOOD, "workers": 4, **bad}
+    if bad.get("model", "") is None:
+        del broken["model"]
+    (results / "records" / "1-good.json").write_text(json.dumps(GOOD))
+    (results / "records" / "2-bad.json").write_text(json.dumps(broken))
+    (results / "runs.jsonl").write_text(json.dumps(rec("mg-wfbp", 2, [8.0])) + "\n" + json.dumps(broken) + "\n")
+    loaded = load([results])
+    assert loaded.records == [rec("mg-wfbp", 2, [8.0]), GOOD]
+    assert len(loaded.problems) == 2
+    assert loaded.problems[0].startswith(f"{results / 'runs.jsonl'}:2: ") and field in loaded.problems[0]
+    assert loaded.problems[1].startswith(f"{results / 'records' / '2-bad.json'}: ") and field in loaded.problems[1]
+    assert all("accepted:" in p for p in loaded.problems)
+    assert summary.main([str(results)]) == 0
+    out, err = capsys.readouterr()
+    assert "11.00 ± 1.41" in out and "8.00" in out  # the good records still show
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 2
+    # an export copies every record it can parse: a bad field is the reader's to skip, not lost
+    exported = tmp_path / "all.jsonl"
+    assert summary.main([str(results), "--export", str(exported)]) == 0
+    assert len(exported.read_text().splitlines()) == 4
+
+
+def test_failed_runs_and_commbench_rows_are_not_held_to_the_tables_fields(tmp_path):
+    rows = [{"status": "failed", "method": "bsp-a2a", "workers": 2, "error": "boom"},
+            {"mode": "sizes", "collective": "all_reduce", "workers": 2, "bytes": 4, "time_us": 1.0}]
+    path = tmp_path / "runs.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    loaded = load([path])
+    assert loaded.records == rows and loaded.problems == []
+
+
+def test_a_bad_prediction_is_skipped_too(tmp_path):
+    good = {"kind": "predicted", "method": "bsp-a2a", "model": "m", "workers": 4, "local_batch": 4,
+            "network": "100gbib", "samples_per_sec": 5.0}
+    path = tmp_path / "predictions.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps({**good, "samples_per_sec": "fast"}) + "\n")
+    loaded = load([path])
+    assert loaded.predicted == [good]
+    assert len(loaded.problems) == 1 and "samples_per_sec" in loaded.problems[0]
+
+
+@pytest.mark.parametrize("where", ["a directory", "no parent"])
+def test_an_export_path_that_cannot_be_written_is_one_line_and_nothing_is_written(tmp_path, capsys, where):
+    results = tmp_path / "results"
+    (results / "records").mkdir(parents=True)
+    (results / "records" / "1.json").write_text(json.dumps(GOOD))
+    target = tmp_path / "outdir" if where == "a directory" else tmp_path / "nodir" / "x.jsonl"
+    if where == "a directory":
+        target.mkdir()
+    before = sorted(tmp_path.rglob("*"))
+    assert summary.main([str(results), "--export", str(target)]) == 2
+    one_line_error(capsys.readouterr().err, str(target))
+    assert sorted(tmp_path.rglob("*")) == before

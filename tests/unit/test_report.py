@@ -193,3 +193,35 @@ def test_the_speedup_baseline_pools_only_one_worker_runs_that_only_compute():
     assert tables.baseline(only_ps) == pytest.approx(45.0)
     # a method row carrying its settings' hash is still that method
     assert tables.baseline({**only_ps, ("bsp-a2a cfg 1234abcd", 1): tables.cell_of([100.0])}) == pytest.approx(100.0)
+
+
+@pytest.mark.parametrize("case", ["results is a file", "results missing", "out is a file"])
+def test_unusable_results_or_out_paths_are_one_line_before_any_work(tmp_path, capsys, case):
+    results, out = tmp_path / "results", None
+    if case == "results is a file":
+        results.write_text("not a directory\n")
+    elif case == "out is a file":
+        results.mkdir()
+        out = tmp_path / "out.md"
+        out.write_text("keep\n")
+    before = {p: p.read_bytes() if p.is_file() else None for p in tmp_path.rglob("*")}
+    assert report.main([str(results)] + (["--out", str(out)] if out else [])) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("report: error:") and "accepted:" in lines[0]
+    assert str(out or results) in lines[0]
+    assert {p: p.read_bytes() if p.is_file() else None for p in tmp_path.rglob("*")} == before
+
+
+def test_a_record_with_bad_fields_does_not_stop_the_report(tmp_path, capsys):
+    good = rec("tiny-resnet", "bsp-a2a", 2, 10.0, 4)
+    lines = [good, {**good, "workers": "two"}, {k: v for k, v in good.items() if k != "model"},
+             {**good, "host_busy_cores": "x", "host_cores": 2}]
+    (tmp_path / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    index = report.build(tmp_path, tmp_path / "report", whatif_models=())
+    text = index.read_text()
+    assert "(4 records" not in text and "1 records, 1 ok" in text
+    assert all(f"runs.jsonl:{n}: record skipped" in text for n in (2, 3, 4))
+    rows = read(tmp_path / "report" / "results.csv")
+    assert any(r["model"] == "tiny-resnet" and r["2"].startswith("10.00") for r in rows)
