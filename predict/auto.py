@@ -24,7 +24,6 @@ scaled to the study's one-GPU row. Runs here are this project's runtime, so the 
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -34,6 +33,11 @@ from ddlbench.config import default_backend, default_device, threads_for
 from . import cli, network, simulate
 
 CLUSTERS = ("local", "emulated", "slurm")
+# the make variable that sets each option (make reproduce METHOD=auto's auto_args), named in errors
+MAKE_VARS = {"--model": "MODEL", "--workers": "WORKERS", "--profile": "PROFILE", "--cluster": "CLUSTER", "--link": "LINK",
+             "--partition": "PARTITION", "--network": "NETWORK", "--profile-from": "PROFILE_FROM",
+             "--one-worker": "ONE_WORKER", "--workers-per-node": "GPUS_PER_NODE", "--intra-link": "INTRA_LINK",
+             "--intra": "INTRA", "--ps-topology": "PS_TOPOLOGY"}
 
 
 def network_for(cluster: str, link: str | None = None, override: str | None = None,
@@ -139,10 +143,12 @@ def hydra_prediction(choice: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ddlbench.predict.auto", description=__doc__.split("\n\n")[0])
+    ap = cli.ArgumentParser(prog="python -m ddlbench.predict.auto", description=__doc__.split("\n\n")[0],
+                            make_vars=MAKE_VARS)
     ap.add_argument("--model", required=True)
     ap.add_argument("--workers", type=int, required=True)
-    ap.add_argument("--profile", default="local", help="the run profile (its local batch and ByteScheduler-PS variant)")
+    ap.add_argument("--profile", default="local", choices=cli.run_profile_names(),
+                    help="the run profile (its local batch and ByteScheduler-PS variant)")
     ap.add_argument("--local-batch", type=int, default=None)
     ap.add_argument("--cluster", default="local", choices=CLUSTERS)
     ap.add_argument("--link", default=None)
@@ -150,7 +156,8 @@ def main(argv=None) -> int:
     ap.add_argument("--network", default=None, help="overrides the cluster's network")
     ap.add_argument("--profile-from", default=None, choices=cli.PROFILE_SOURCES,
                     help="default: measured for local and emulated clusters, derived elsewhere")
-    ap.add_argument("--device", default=None, help="the run's device (default: the cluster's, as device=auto)")
+    ap.add_argument("--device", default=None, help="the run's device: cpu, cuda, cuda:N, or auto (the default: the "
+                    "cluster's, as device=auto)")
     ap.add_argument("--one-worker", type=float, default=None,
                     help="one-worker samples/s on the run's device (ONE_WORKER): scales the derived profile "
                          "(default: the study's one-GPU row), or rescales a measured one")
@@ -163,8 +170,16 @@ def main(argv=None) -> int:
     ap.add_argument("--ps-topology", default=None, choices=simulate.PS_TOPOLOGIES,
                     help="PS methods: per-machine (their configs' default) or per-gpu (every worker pushes); "
                          "the run of a PS winner gets method.ps_topology")
-    a = ap.parse_args(argv)
     try:
+        a = ap.parse_args(argv)
+        # the knobs a user sets, each checked before a profile is measured (or threads_for divides by them)
+        for option, value in (("--workers", a.workers), ("--local-batch", a.local_batch),
+                              ("--workers-per-node", a.workers_per_node)):
+            if value is not None and value < 1:
+                raise ValueError(f"{cli.knob(option, value, MAKE_VARS)} is invalid; accepted: an integer >= 1")
+        cli.check_model(a.model)
+        if a.device is not None:
+            cli.check_device(a.device)
         net = network_for(a.cluster, a.link, a.network, partition=a.partition)
         source = a.profile_from or ("derived" if a.cluster == "slurm" else "measured")
         batch = a.local_batch or run_local_batch(a.model, a.profile)
@@ -174,10 +189,9 @@ def main(argv=None) -> int:
         # every method
         here = a.cluster in ("local", "emulated")
         threads = threads_for(a.workers) if here else None
-        device = a.device or default_device(a.cluster)  # the launcher a cluster uses has its name
+        # device=auto: the launcher a cluster uses has its name
+        device = a.device if a.device not in (None, "auto") else default_device(a.cluster)
         sharers = a.workers if here and device == "cpu" and source == "measured" else 1
-        if a.workers_per_node is not None and a.workers_per_node < 1:
-            raise ValueError(f"--workers-per-node={a.workers_per_node} is invalid; accepted: >= 1")
         net = placed(a.cluster, network.load(net), a.workers, a.workers_per_node, a.intra_link, a.intra)
         choice = resolve(a.model, a.workers, batch, net, source, device, a.profile,
                          stack="study" if a.cluster == "slurm" and a.profile == "study" else "ddlbench", threads=threads,

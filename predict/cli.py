@@ -14,7 +14,9 @@ Inputs and their sources, each recorded in every line:
 from __future__ import annotations
 
 import argparse
+import ast
 import functools
+import os
 import re
 import sys
 from dataclasses import dataclass, replace
@@ -23,6 +25,89 @@ from pathlib import Path
 from . import network, profile, simulate
 
 DEFAULT_FILE = "predictions.jsonl"
+
+# the make variable that sets each option (`make predict`, `make reproduce METHOD=auto`), named in errors
+MAKE_VARS = {"--model": "MODEL", "--workers": "WORKERS", "--network": "NETWORK", "--methods": "METHOD",
+             "--results": "RESULTS", "--profile-from": "PROFILE_FROM", "--intra": "INTRA", "--one-worker": "ONE_WORKER",
+             "--device": "DEVICE", "--stack": "STACK", "--ps-topology": "PS_TOPOLOGY"}
+
+
+def knob(option: str, value, make_vars: dict = MAKE_VARS) -> str:
+    """`--stack='foo' (STACK with make)`: the option, its value, and the make variable that sets it."""
+    var = make_vars.get(option)
+    return f"{option}={value!r}" + (f" ({var} with make)" if var else "")
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with this project's one-line errors (`--stack='foo' (STACK with make) is unknown;
+    accepted: study, ddlbench`), raised as ValueError for main to print with the rest (exit 2),
+    never argparse's usage block."""
+    TYPES = {"int": "an integer", "float": "a number"}
+
+    def __init__(self, *args, make_vars: dict = MAKE_VARS, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.make_vars = make_vars
+
+    def error(self, message: str):
+        message = " ".join(message.split())
+        arg = re.match(r"argument (\S+?)(?:/\S+)?: (.*)", message)
+        if not arg:  # unrecognized arguments, required ones missing
+            raise ValueError(f"{message}; accepted: the options `{self.prog} --help` lists")
+        option, what = arg.groups()
+        choice = re.fullmatch(r"invalid choice: (.*) \(choose from (.*)\)", what)
+        typed = re.fullmatch(r"invalid (\S+) value: (.*)", what)
+        if choice:
+            accepted = ", ".join(_literal(c) for c in re.split(r",\s*", choice.group(2)))
+            raise ValueError(f"{knob(option, _literal(choice.group(1)), self.make_vars)} is unknown; accepted: {accepted}")
+        if typed:
+            raise ValueError(f"{knob(option, _literal(typed.group(2)), self.make_vars)} is invalid; accepted: "
+                             f"{self.TYPES.get(typed.group(1), typed.group(1))}")
+        var = self.make_vars.get(option)
+        raise ValueError(f"{option}{f' ({var} with make)' if var else ''}: {what}; accepted: see `{self.prog} --help`")
+
+
+def _literal(text: str) -> str:
+    """'foo' (argparse quotes values with repr) -> foo."""
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+    return value if isinstance(value, str) else text
+
+
+def parse_workers(text: str) -> list[int]:
+    """WORKERS: a comma list of positive integers (4,8,16,32)."""
+    for w in text.split(","):
+        if not w.strip().isdigit() or int(w) < 1:
+            why = "an empty item" if not w.strip() else f"{w.strip()!r} is not a positive integer"
+            raise ValueError(f"{knob('--workers', text)} is invalid ({why}); accepted: a comma list of positive "
+                             f"integers (e.g. 4,8,16,32)")
+    return [int(w) for w in text.split(",")]
+
+
+def run_profile_names() -> list[str]:
+    """The run profiles (conf/profile/*.yaml)."""
+    from ddlbench.config import conf_dir
+
+    return sorted(p.stem for p in (conf_dir() / "profile").glob("*.yaml"))
+
+
+def check_results(results: str) -> Path:
+    """RESULTS/predictions.jsonl can be appended to (the directory made if need be): checked
+    before anything is computed, so a bad RESULTS never costs the predictions."""
+    path = Path(results)
+    accepted = "accepted: a writable directory, or a path where one can be made"
+    target, there = path / DEFAULT_FILE, path
+    while not there.exists() and there != there.parent:
+        there = there.parent
+    if there.exists() and not there.is_dir():
+        what = "is a file, not a directory" if there == path else f"cannot be made: {there} is a file, not a directory"
+        raise ValueError(f"{knob('--results', results)} {what}; {accepted}")
+    if not os.access(there, os.W_OK | os.X_OK):
+        raise ValueError(f"{knob('--results', results)} is not writable ({there}); {accepted}")
+    if target.exists() and (not target.is_file() or not os.access(target, os.W_OK)):
+        raise ValueError(f"{knob('--results', results)} holds {target}, which is not a writable file; {accepted}")
+    return target
 
 
 @dataclass
@@ -75,16 +160,28 @@ def study_opts(profile_name: str = "study", stack: str = "study", algorithm: str
                             ps_topology=ps_topology)
 
 
+def check_model(model: str) -> None:
+    """The predictor profiles the models of conf/model/ by name; `torchvision` there is any
+    torchvision classifier, which runs (model=vgg16) but has no profile here: a one-line error
+    saying which models can be predicted, and with what."""
+    from ddlbench.config import conf_dir
+
+    known = sorted(p.stem for p in (conf_dir() / "model").glob("*.yaml") if p.stem != "torchvision")
+    if model in known:
+        return
+    published = sorted({r["model"].replace("_", "-") for r in profile.one_worker_rows()} & set(known))
+    raise ValueError(f"model {model!r} cannot be predicted: the predictor profiles the models of conf/model/ only, "
+                     f"not any torchvision classifier; accepted: {', '.join(known)} (the study published the one-worker "
+                     f"throughput of {', '.join(published)}; for another, ONE_WORKER=<samples/s> or PROFILE_FROM=measured)")
+
+
 def model_batch(model: str) -> int:
     import yaml
 
     from ddlbench.config import conf_dir
 
-    path = conf_dir() / "model" / f"{model}.yaml"
-    if not path.exists():
-        known = sorted(p.stem for p in path.parent.glob("*.yaml"))
-        raise ValueError(f"model {model!r} is unknown; accepted: {', '.join(known)}")
-    return int(yaml.safe_load(path.read_text())["local_batch"])
+    check_model(model)
+    return int(yaml.safe_load((conf_dir() / "model" / f"{model}.yaml").read_text())["local_batch"])
 
 
 PROFILE_SOURCES = ("derived", "measured")
@@ -105,17 +202,22 @@ def load_profile(model: str, local_batch: int, one_worker: float | None, source:
     return profile.derived(model, local_batch, x1)
 
 
+def check_device(device: str) -> None:
+    """DEVICE's spelling (whether it is here is measure_device's question)."""
+    if not re.fullmatch(r"auto|cpu|cuda(?::\d+)?", device):
+        raise ValueError(f"--device {device!r} is invalid; accepted: auto, cpu, cuda, cuda:N")
+
+
 def measure_device(device: str) -> str:
     """The device a measured profile is taken on: `auto` is cuda where a GPU is visible (the
     target device of a GPU user's runs), else cpu."""
     import torch
 
+    check_device(device)
     gpu = torch.cuda.is_available()
     if device == "auto":
         return "cuda" if gpu else "cpu"
     m = re.fullmatch(r"cuda(?::(\d+))?", device)
-    if device != "cpu" and not m:
-        raise ValueError(f"--device {device!r} is invalid; accepted: auto, cpu, cuda, cuda:N")
     if m and not gpu:
         raise ValueError(f"--device {device!r}: no CUDA GPU is visible here; accepted: auto, cpu")
     if m and m.group(1) is not None and int(m.group(1)) >= torch.cuda.device_count():
@@ -194,7 +296,7 @@ def render(preds: dict, model: str, local_batch: int, cluster: network.Cluster, 
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m ddlbench.predict", description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog="python -m ddlbench.predict", description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="resnet50")
     ap.add_argument("--workers", default="4,8,16,32", help="comma list")
     ap.add_argument("--network", default="100gbib", help=f"a conf/network config: {', '.join(network.names())}")
@@ -202,11 +304,12 @@ def main(argv=None) -> int:
     ap.add_argument("--local-batch", type=int, default=None, help="default: the model's (the study's)")
     ap.add_argument("--one-worker", type=float, default=None,
                     help="one-worker samples/s on the target device (default: the study's published one-GPU row)")
-    ap.add_argument("--profile", default="study", help="run profile whose ByteScheduler-PS variant applies")
+    ap.add_argument("--profile", default="study", choices=run_profile_names(),
+                    help="run profile whose ByteScheduler-PS variant applies")
     ap.add_argument("--profile-from", default="derived", choices=PROFILE_SOURCES,
                     help="derived: roofline scaled to a one-worker throughput; measured: one worker's hooks here (cached)")
-    ap.add_argument("--device", default="auto", help="device of a measured profile: auto (cuda where a GPU is visible, "
-                    "else cpu), cpu, cuda")
+    ap.add_argument("--device", default=None, help="with --profile-from measured, the device it is taken on: auto (the "
+                    "default: cuda where a GPU is visible, else cpu), cpu, cuda, cuda:N")
     ap.add_argument("--intra", default=None, help="take the nodes (GPUs per node, their link) from this node config "
                     "instead (e.g. pcie3x16-mgwfbp-table, the study's alternative calibration; pcie3x16 for a "
                     "network make commbench measured one rank per node)")
@@ -223,11 +326,19 @@ def main(argv=None) -> int:
                          "no node stage: this runtime's method.ps_topology=per-gpu; with --stack ddlbench)")
     ap.add_argument("--results", default="results", help=f"appends to RESULTS/{DEFAULT_FILE}")
     ap.add_argument("--no-record", action="store_true", help="print only")
-    a = ap.parse_args(argv)
     try:
-        workers = [int(w) for w in str(a.workers).split(",") if w.strip()]
-        if not workers or min(workers) < 1:
-            raise ValueError(f"workers={a.workers!r} is invalid; accepted: a comma list of positive integers")
+        a = ap.parse_args(argv)
+        workers = parse_workers(str(a.workers))
+        if a.local_batch is not None and a.local_batch < 1:
+            raise ValueError(f"{knob('--local-batch', a.local_batch)} is invalid; accepted: an integer >= 1 "
+                             f"(default: the model's)")
+        check_model(a.model)
+        if a.device is not None:
+            check_device(a.device)
+            if a.profile_from != "measured":  # the derived profile is the same on every device: say so
+                raise ValueError(f"{knob('--device', a.device)} applies to a measured profile only; accepted: DEVICE "
+                                 f"with PROFILE_FROM=measured (--profile-from measured), or no DEVICE with the derived "
+                                 f"profile, which is scaled to ONE_WORKER (or the study's one-GPU row) whatever the device")
         methods = simulate.METHODS if a.methods == "all" else tuple(a.methods.split(","))
         for m in methods:
             simulate.method_config(m)
@@ -238,18 +349,22 @@ def main(argv=None) -> int:
                        bytescheduler_unit_s=a.bytescheduler_unit_ms / 1e3)
         net = network.with_intra(network.load(a.network), a.intra) if a.intra else a.network
         batch = a.local_batch or model_batch(a.model)
-        device = measure_device(a.device) if a.profile_from == "measured" else "cpu"
+        results = None if a.no_record else check_results(a.results)  # before a minute of measuring, not after
+        device = measure_device(a.device or "auto") if a.profile_from == "measured" else "cpu"
         prof = load_profile(a.model, batch, a.one_worker, a.profile_from, device)
         preds, prof, cluster = predict(a.model, workers, net, methods, batch, a.one_worker, opts, prof=prof)
     except ValueError as exc:
         print(f"predict: error: {exc}", file=sys.stderr)
         return 2
     print(render(preds, a.model, prof.local_batch, cluster, prof))
-    if not a.no_record:
+    if results is not None:
         from ddlbench.record import append
 
-        path = Path(a.results) / DEFAULT_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        append(path, *[p.record(a.model, prof.local_batch, cluster, prof, opts) for p in preds.values()])
-        print(f"\n{len(preds)} predictions appended to {path} (kind: predicted)")
+        try:
+            append(results, *[p.record(a.model, prof.local_batch, cluster, prof, opts) for p in preds.values()])
+        except OSError as exc:  # checked before, so only what changed since: the table above keeps them
+            print(f"predict: error: the predictions could not be appended to {results} ({exc}); accepted: "
+                  f"{knob('--results', a.results)} a writable directory", file=sys.stderr)
+            return 1
+        print(f"\n{len(preds)} predictions appended to {results} (kind: predicted)")
     return 0

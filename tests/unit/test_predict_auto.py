@@ -75,9 +75,9 @@ def test_auto_with_per_gpu_ps_predicts_it_and_runs_a_ps_winner_so(monkeypatch, c
     words = capsys.readouterr().out.split()
     assert seen["ps_topology"] == "per-gpu"
     assert words[:2] == ["method=bsp-ps", "method.ps_topology=per-gpu"] and words[2].startswith("prediction={")
-    with pytest.raises(SystemExit):
-        auto.main(["--model", "tiny-resnet", "--workers", "4", "--ps-topology", "per-node"])
-    assert "invalid choice: 'per-node'" in capsys.readouterr().err
+    assert auto.main(["--model", "tiny-resnet", "--workers", "4", "--ps-topology", "per-node"]) == 2
+    assert "--ps-topology='per-node' (PS_TOPOLOGY with make) is unknown; accepted: per-machine, per-gpu" in \
+        capsys.readouterr().err
 
 
 def test_make_reproduce_passes_the_ps_topology_to_ps_methods_only():
@@ -123,7 +123,7 @@ def test_auto_on_a_local_cluster_predicts_one_machine_of_the_runs_workers(monkey
     assert seen[-1].nodes(4) == (2, 2) and seen[-1].intra.beta_s_per_byte == pytest.approx(8e-10)
     assert auto.main(["--model", "tiny-resnet", "--workers", "4", "--cluster", "emulated", "--link", "1gbit",
                       "--workers-per-node", "0"]) == 2
-    assert "--workers-per-node=0 is invalid; accepted: >= 1" in capsys.readouterr().err
+    assert "--workers-per-node=0 (GPUS_PER_NODE with make) is invalid; accepted: an integer >= 1" in capsys.readouterr().err
     assert auto.main(["--model", "tiny-resnet", "--workers", "4", "--cluster", "local", "--workers-per-node", "2"]) == 0
     assert seen[-1].nodes(4) == (2, 2)  # GPUS_PER_NODE=2 locally: the PS layout of two nodes
     # ONE_WORKER: the one-worker throughput the profile is scaled to, handed to the prediction
@@ -495,3 +495,33 @@ def test_auto_names_the_methods_tied_with_its_pick(monkeypatch, capsys):
     out = capsys.readouterr()
     assert f"tied with it (within 0.1%, not ranked by the model): {', '.join(choice['tied'])}" in out.err
     assert "tied:['" in out.out.split()[-1]
+
+
+@pytest.mark.parametrize("argv, needles", [
+    (["--workers", "0"], ["--workers=0", "WORKERS", "accepted: an integer >= 1"]),
+    (["--workers", "-1"], ["--workers=-1", "WORKERS", "accepted: an integer >= 1"]),
+    (["--workers", "abc"], ["--workers='abc'", "WORKERS", "accepted: an integer"]),
+    (["--workers", "2", "--cluster", "foo"], ["--cluster='foo'", "CLUSTER", "accepted: local, emulated, slurm"]),
+    (["--workers", "2", "--profile-from", "foo"], ["--profile-from='foo'", "accepted: derived, measured"]),
+    (["--workers", "2", "--ps-topology", "foo"], ["--ps-topology='foo'", "accepted: per-machine, per-gpu"]),
+    (["--workers", "2", "--one-worker", "x"], ["--one-worker='x'", "ONE_WORKER", "accepted: a number"]),
+    (["--workers", "2", "--workers-per-node", "x"], ["--workers-per-node='x'", "GPUS_PER_NODE", "accepted: an integer"]),
+    (["--workers", "2", "--local-batch", "0"], ["--local-batch=0", "accepted: an integer >= 1"]),
+    (["--workers", "2", "--profile", "foo"], ["--profile='foo'", "PROFILE", "accepted: local, study"]),
+    (["--workers", "2", "--device", "foo"], ["--device 'foo' is invalid", "accepted: auto, cpu, cuda"]),
+    (["--workers", "2", "--model", "vgg16"], ["model 'vgg16'", "accepted: "]),
+    (["--workers", "2", "--bogus"], ["unrecognized arguments: --bogus"]),
+])
+def test_auto_bad_inputs_are_one_line_errors_before_any_work(monkeypatch, capsys, argv, needles):
+    """make reproduce METHOD=auto's bad WORKERS, CLUSTER, ...: one line naming the value and what is
+    accepted, exit 2 (make stops), before a profile is measured; never a traceback or usage block."""
+    monkeypatch.setattr(cli, "load_profile", lambda *a, **k: pytest.fail("profiled despite a bad input"))
+    try:
+        rc = auto.main(["--model", "tiny-resnet", "--network", "loopback", *argv])
+    except SystemExit as exc:
+        rc = exc.code
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1 and err.startswith("auto: error: "), err
+    assert "accepted: " in err and "Traceback" not in err and "usage:" not in err
+    for needle in needles:
+        assert needle in err

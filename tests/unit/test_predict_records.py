@@ -1,6 +1,7 @@
 """Predictions are labelled, never read as measurements, and never calibrated on multi-worker rows."""
 import csv
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -315,3 +316,73 @@ def test_a_crossover_is_where_the_fastest_changes_not_where_a_tied_method_edges_
     curves = {"a": [1.0, 1.0, 1.0, 1.0, 0.5], "b": [0.5, 0.99, 1.0, hair, 1.0], "c": [0.1, 0.1, hair, 1.0, 0.9]}
     assert crossings([1, 2, 3, 4, 5], curves) == [(5, "a", "b")]
     assert crossings([1, 2], {"a": [1.0, 0.5], "b": [0.5, 1.0]}) == [(2, "a", "b")]
+
+
+def exit_code(main, argv):
+    """main's exit status, whether it returns it or exits (argparse's own errors exit)."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return exc.code
+
+
+@pytest.mark.parametrize("argv, needles", [
+    (["--workers", "abc"], ["--workers='abc'", "WORKERS", "accepted: a comma list of positive integers"]),
+    (["--workers", "4,,8"], ["--workers='4,,8'", "accepted: a comma list of positive integers"]),
+    (["--workers", "4,x"], ["--workers='4,x'", "accepted: a comma list of positive integers"]),
+    (["--local-batch", "0"], ["--local-batch=0", "accepted: an integer >= 1"]),
+    (["--local-batch", "x"], ["--local-batch='x'", "accepted: an integer"]),
+    (["--profile", "foo"], ["--profile='foo'", "accepted: local, study"]),
+    (["--one-worker", "abc"], ["--one-worker='abc'", "ONE_WORKER", "accepted: a number"]),
+    (["--profile-from", "foo"], ["--profile-from='foo'", "PROFILE_FROM", "accepted: derived, measured"]),
+    (["--stack", "foo"], ["--stack='foo'", "STACK", "accepted: study, ddlbench"]),
+    (["--ps-topology", "foo"], ["--ps-topology='foo'", "PS_TOPOLOGY", "accepted: per-machine, per-gpu"]),
+    (["--algorithm", "foo"], ["--algorithm='foo'", "accepted: "]),
+    (["--bogus"], ["unrecognized arguments: --bogus", "accepted: "]),
+    (["--device", "foo", "--profile-from", "measured"], ["--device 'foo' is invalid", "accepted: auto, cpu, cuda"]),
+    # DEVICE is where a measured profile is taken: given without one it is an error, not ignored
+    (["--device", "foo"], ["--device 'foo' is invalid", "accepted: auto, cpu, cuda"]),
+    (["--device", "cpu"], ["--device='cpu' (DEVICE", "PROFILE_FROM=measured"]),
+    # the README's "any torchvision classifier" runs, but the predictor profiles conf/model/ only
+    (["--model", "vgg16"], ["model 'vgg16'", "ONE_WORKER=<samples/s> or PROFILE_FROM=measured"]),
+    (["--model", "torchvision"], ["model 'torchvision'", "accepted: bert-base, bert-large, resnet50, tiny-bert"]),
+])
+def test_bad_command_line_values_are_one_line_errors(tmp_path, capsys, monkeypatch, argv, needles):
+    """Every bad value: one line `predict: error: ...` naming it and what is accepted, exit 2,
+    no usage block, no traceback, and nothing computed."""
+    monkeypatch.setattr(cli, "predict", lambda *a, **k: pytest.fail("predicted despite a bad input"))
+    assert exit_code(cli.main, argv + ["--results", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("predict: error: "), err
+    assert "accepted: " in err and "Traceback" not in err and "usage:" not in err
+    for needle in needles:
+        assert needle in err
+
+
+def test_the_results_path_is_checked_before_predicting(tmp_path, capsys, monkeypatch):
+    """RESULTS that is a file, under a file, or whose predictions.jsonl is a directory: one line
+    before anything is computed, not a crash after the table (the predictions lost)."""
+    monkeypatch.setattr(cli, "load_profile", lambda *a, **k: pytest.fail("computed before the results were checked"))
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    (tmp_path / "d" / cli.DEFAULT_FILE).mkdir(parents=True)
+    for results in (a_file, a_file / "sub", tmp_path / "d"):
+        assert exit_code(cli.main, ["--workers", "4", "--results", str(results)]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and err.startswith("predict: error: --results="), err
+        assert str(results) in err and "accepted: " in err
+    # --no-record writes nothing, so RESULTS is not looked at
+    monkeypatch.undo()
+    assert cli.main(["--workers", "4", "--results", str(a_file), "--no-record"]) == 0
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
+def test_an_unwritable_results_directory_is_refused_before_predicting(tmp_path, capsys):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        assert exit_code(cli.main, ["--workers", "4", "--results", str(ro / "new")]) == 2
+        assert "is not writable" in capsys.readouterr().err
+    finally:
+        ro.chmod(0o755)
