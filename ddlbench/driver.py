@@ -198,11 +198,13 @@ class Progress:
         if not self.tty and now - self.last_print < 15 and self.done_iters < self.total:
             return
         self.last_print = now
-        sps = self.global_batch * len(self.measured) / sum(self.measured) if self.measured else float("nan")
+        # during the first warm-up nothing is measured yet: say so rather than print nan
+        rate = f"{self.global_batch * len(self.measured) / sum(self.measured):8.1f} samples/s" if self.measured \
+            else "    (not measured yet)"
         left = self.elapsed / self.done_iters * (self.total - self.done_iters)
         phase = "warm-up" if i < self.p.warmup_iters else "measure"
         line = (f"[{self.label}] repeat {repeat + 1}/{self.p.repeats} {phase} iter {i + 1}/{self.per_repeat} "
-                f"{sps:8.1f} samples/s  ~{left:5.0f} s left")
+                f"{rate}  ~{left:5.0f} s left")
         self.stream.write(("\r" + line) if self.tty else (line + "\n"))
         self.stream.flush()
 

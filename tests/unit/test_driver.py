@@ -92,3 +92,20 @@ def test_the_machines_busy_cpu_counts_a_spinning_process():
     while time.process_time() - t0 < 0.5:
         pass
     assert hostcpu.busy_s() - b0 >= 0.45  # this process's 0.5 s, and whatever else ran meanwhile
+
+
+def test_progress_says_nothing_is_measured_yet_during_the_first_warm_up():
+    """The first lines used to read 'nan samples/s'."""
+    import io
+
+    from omegaconf import OmegaConf
+
+    out = io.StringIO()
+    cfg = OmegaConf.create({"profile": {"warmup_iters": 1, "measured_iters": 2, "repeats": 1}})
+    progress = driver.Progress("run", cfg, 8, stream=out)
+    progress.update(0, 0, 0.5)   # warm-up
+    progress.update(0, 1, 0.25)  # measured
+    progress.update(0, 2, 0.25)
+    lines = out.getvalue().splitlines()
+    assert "nan" not in out.getvalue()
+    assert "not measured yet" in lines[0] and "32.0 samples/s" in lines[-1]
