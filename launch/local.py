@@ -53,12 +53,14 @@ def start(cfg, run_dir: Path, env: dict, cmd: list[str] | None = None) -> tuple[
     stall_s = float(cfg.launcher.get("stall_timeout_s", 600))
     first_error_at = None
     last_progress = time.monotonic()
+    alive: list[int] = []  # ranks still running when a peer's error made the launcher end the job
     try:
         while proc.poll() is None:
             time.sleep(POLL_S)
             if any(run_dir.glob("error-rank*.json")):
                 first_error_at = first_error_at or time.monotonic()
                 if time.monotonic() - first_error_at > GRACE_S:
+                    alive = [e.rank for e in pids.own(run_dir)]
                     kill_all(proc, run_dir)
                     break
             beat = heartbeat(run_dir)
@@ -73,7 +75,7 @@ def start(cfg, run_dir: Path, env: dict, cmd: list[str] | None = None) -> tuple[
         # died is also killed by the kernel: see pids.die_with_parent)
         with deferred_signals():
             kill_all(proc, run_dir)
-    return rc, None if rc == 0 else failure_reason(run_dir, cfg.workers, rc, cfg.servers)
+    return rc, None if rc == 0 else failure_reason(run_dir, cfg.workers, rc, cfg.servers, alive)
 
 
 class Terminated(KeyboardInterrupt):
@@ -192,9 +194,10 @@ def _names(ranks: list[int], workers: int) -> str:
     return ", ".join(str(r) if r < workers else f"{r} (server {r - workers})" for r in ranks)
 
 
-def failure_reason(run_dir: Path, workers: int, rc: int, servers: int = 0) -> str:
-    """One line: the first error, and which ranks left no report (killed or crashed). Ranks
-    from `workers` on are parameter servers."""
+def failure_reason(run_dir: Path, workers: int, rc: int, servers: int = 0, alive=()) -> str:
+    """One line: the first error, and which ranks left no report: gone before the end (killed or
+    crashed), or still running, silent, when the launcher ended the job (`alive`: hung or
+    stopped). Ranks from `workers` on are parameter servers."""
     errors = []
     for f in run_dir.glob("error-rank*.json"):
         try:
@@ -210,9 +213,13 @@ def failure_reason(run_dir: Path, workers: int, rc: int, servers: int = 0) -> st
     parts = []
     if silent:
         never = [r for r in silent if r not in started]
-        died = [r for r in silent if r in started]
+        hung = [r for r in silent if r in started and r in alive]
+        died = [r for r in silent if r in started and r not in alive]
         if died:
             parts.append(f"rank(s) {_names(died, workers)} died without a report (killed or crashed)")
+        if hung:
+            parts.append(f"rank(s) {_names(hung, workers)} still ran without a report when the job was ended "
+                         f"(hung or stopped)")
         if never:
             parts.append(f"rank(s) {_names(never, workers)} never started")
     if errors:

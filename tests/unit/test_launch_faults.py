@@ -62,6 +62,10 @@ def test_pid_files_name_host_and_rank_and_hold_the_start_time(tmp_path):
     assert [x.rank for x in pids.entries(tmp_path)] == [7]
     assert local.failure_reason(tmp_path, 8, 1) == ("rank(s) 7 died without a report (killed or crashed); "
                                                      "rank(s) 0, 1, 2, 3, 4, 5, 6 never started")
+    # a rank still running, silent, when a peer's error ended the job is not called dead
+    assert local.failure_reason(tmp_path, 8, 1, alive=[7]) == (
+        "rank(s) 7 still ran without a report when the job was ended (hung or stopped); "
+        "rank(s) 0, 1, 2, 3, 4, 5, 6 never started")
 
 
 def test_heartbeat_survives_a_file_vanishing_between_listing_and_stat(tmp_path, monkeypatch):
