@@ -136,19 +136,22 @@ def parse(argv) -> argparse.Namespace:
 
 
 def check_gpus_here(a) -> None:
-    """On this machine (locally, or across its emulated hosts) every rank of a CUDA measurement
-    takes a GPU of its own (its local rank, or its host's slice), the ps mode's server included:
-    the largest measurement needs that many, or its ranks fail at start-up."""
-    todo = [m for m in measurements(a) if m[2] == "cuda"]
+    """On this machine every rank of a local CUDA measurement sets its local rank's GPU, the ps
+    mode's server included: the largest measurement needs that many, or its ranks fail at
+    start-up. Across emulated hosts (--link) host i takes visible GPU i modulo their number, so
+    hosts share GPUs, which Gloo takes and NCCL refuses: there only NCCL needs a GPU per rank."""
+    todo = [m for m in measurements(a) if m[2] == "cuda" and (a.link is None or m[1] == "nccl")]
     if not todo:
         return
     import torch
 
     need, have = max(procs_of(mode, w) for mode, _, _, _, w in todo), torch.cuda.device_count()
     if need > have:
-        raise BadInput(f"devices=cuda needs {need} GPUs here (a GPU per rank: up to {max(a.workers)} workers, 4 in "
-                       f"the groups mode, workers + 1 in the ps mode) and {have} are visible; accepted: --workers and "
-                       f"--mode within {have} GPUs (WORKERS=2 CB_MODE=sizes needs 2), or --devices cpu")
+        within = f"--workers and --mode within {have} GPUs (WORKERS=2 CB_MODE=sizes needs 2), or " if have >= 2 else ""
+        how = "NCCL across emulated hosts" if a.link else "devices=cuda"
+        raise BadInput(f"{how} needs {need} GPUs here (a GPU per rank: up to {max(a.workers)} workers, 4 in "
+                       f"the groups mode, workers + 1 in the ps mode) and {have} are visible; accepted: {within}"
+                       f"--devices cpu" + (", or --backends gloo" if a.link else ""))
 
 
 def across_hosts_only(a, how: str) -> None:

@@ -185,7 +185,7 @@ def early_completion_all_reduce(flat: torch.Tensor, *, group=None, async_op: boo
         flat.copy_(scratch)
         landed.set()
 
-    start_thread(land, "early-completion")  # CPU only (Gloo)
+    start_thread(land, "early-completion", flat.device)  # Gloo; CUDA tensors with launcher.share_gpu
     return _EarlyWork(landed)
 
 

@@ -170,9 +170,11 @@ def check_model(model: str) -> None:
     if model in known:
         return
     published = sorted({r["model"].replace("_", "-") for r in profile.one_worker_rows()} & set(known))
-    raise ValueError(f"model {model!r} cannot be predicted: the predictor profiles the models of conf/model/ only, "
-                     f"not any torchvision classifier; accepted: {', '.join(known)} (the study published the one-worker "
-                     f"throughput of {', '.join(published)}; for another, ONE_WORKER=<samples/s> or PROFILE_FROM=measured)")
+    others = [m for m in known if m not in published]
+    raise ValueError(f"{knob('--model', model)} cannot be predicted: the predictor profiles the models of conf/model/ "
+                     f"only, not any torchvision classifier; accepted: {', '.join(known)} (the study published the "
+                     f"one-worker throughput of {', '.join(published)}"
+                     + (f"; {', '.join(others)} need ONE_WORKER=<samples/s> or PROFILE_FROM=measured)" if others else ")"))
 
 
 def model_batch(model: str) -> int:
@@ -205,7 +207,7 @@ def load_profile(model: str, local_batch: int, one_worker: float | None, source:
 def check_device(device: str) -> None:
     """DEVICE's spelling (whether it is here is measure_device's question)."""
     if not re.fullmatch(r"auto|cpu|cuda(?::\d+)?", device):
-        raise ValueError(f"--device {device!r} is invalid; accepted: auto, cpu, cuda, cuda:N")
+        raise ValueError(f"{knob('--device', device)} is invalid; accepted: auto, cpu, cuda, cuda:N")
 
 
 def measure_device(device: str) -> str:

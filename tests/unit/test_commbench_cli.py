@@ -212,6 +212,15 @@ def test_a_cuda_sweep_needs_a_gpu_per_rank_here(monkeypatch):
     assert a.backends == [("gloo", "cuda", None)]
     a = parse(["--devices", "cpu", "--backends", "gloo", "--workers", "4", "--mode", "groups"])  # no GPU asked
     assert a.backends == [("gloo", "cpu", None)]
+    # across emulated hosts, hosts share the GPUs (gpu_slice wraps): Gloo takes that, NCCL does not
+    a = parse(["--link", "1gbit", "--devices", "cuda", "--backends", "gloo", "--workers", "3", "--mode", "sizes"])
+    assert a.backends == [("gloo", "cuda", None)]
+    with pytest.raises(BadInput, match="NCCL across emulated hosts needs 3 GPUs"):
+        parse(["--link", "1gbit", "--devices", "cuda", "--backends", "nccl", "--workers", "3", "--mode", "sizes"])
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(BadInput) as err:  # one GPU: no worker count fits, so none is suggested
+        parse(["--devices", "cuda", "--backends", "gloo", "--workers", "2", "--mode", "sizes"])
+    assert "within" not in str(err.value) and "--devices cpu" in str(err.value)
 
 
 def test_a_new_network_config_keeps_the_one_it_replaces(tmp_path, monkeypatch, capsys):
@@ -246,6 +255,7 @@ def test_a_new_network_config_keeps_the_one_it_replaces(tmp_path, monkeypatch, c
 @pytest.mark.parametrize("args, words", [
     (["reproduce", "CLUSTER=slrum"], ["CLUSTER=slrum is invalid", "accepted: local slurm emulated"]),
     (["predict", "CLUSTER=foo"], ["CLUSTER=foo is invalid"]),
+    (["reproduce", "CLUSTER=local slurm"], ["CLUSTER='local slurm' is invalid"]),
     (["reproduce", "LINK=100mbit"], ["LINK=100mbit", "CLUSTER=local", "accepted: CLUSTER=emulated"]),
     (["reproduce-paper", "CLUSTER=slurm", "INTRA_LINK=10gbit"], ["INTRA_LINK=10gbit", "CLUSTER=slurm"]),
 ])
@@ -263,7 +273,7 @@ def test_make_refuses_a_cluster_or_link_it_would_ignore(args, words, tmp_path):
     # its own session: where the check is missing, make starts a whole sweep, which the timeout
     # must end with every process it started
     with subprocess.Popen(["make", "-s", *args, f"RESULTS={tmp_path}", f"PY={sys.executable}",
-                           "-o", f"{repo}/.venv/.installed"], cwd=repo, stdout=subprocess.PIPE,
+                           "-o", ".venv/.installed"], cwd=repo, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, start_new_session=True) as proc:
         try:
             out, err = proc.communicate(timeout=60)
@@ -276,3 +286,14 @@ def test_make_refuses_a_cluster_or_link_it_would_ignore(args, words, tmp_path):
             if ("error" in ln or "***" in ln) and not ln.startswith("make: *** [")]  # make's own "Error 2" after a recipe
     assert len(line) == 1 and all(w in line[0] for w in words), err
     assert not list(tmp_path.iterdir())  # nothing ran
+
+
+def test_a_cluster_exported_for_something_else_does_not_stop_other_targets():
+    import os
+    import subprocess
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.run(["make", "-n", "clean"], cwd=repo, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "CLUSTER": "prod"})
+    assert proc.returncode == 0, proc.stderr

@@ -508,8 +508,8 @@ def test_auto_names_the_methods_tied_with_its_pick(monkeypatch, capsys):
     (["--workers", "2", "--workers-per-node", "x"], ["--workers-per-node='x'", "GPUS_PER_NODE", "accepted: an integer"]),
     (["--workers", "2", "--local-batch", "0"], ["--local-batch=0", "accepted: an integer >= 1"]),
     (["--workers", "2", "--profile", "foo"], ["--profile='foo'", "PROFILE", "accepted: local, study"]),
-    (["--workers", "2", "--device", "foo"], ["--device 'foo' is invalid", "accepted: auto, cpu, cuda"]),
-    (["--workers", "2", "--model", "vgg16"], ["model 'vgg16'", "accepted: "]),
+    (["--workers", "2", "--device", "foo"], ["--device='foo' (DEVICE with make) is invalid", "accepted: auto, cpu, cuda"]),
+    (["--workers", "2", "--model", "vgg16"], ["--model='vgg16' (MODEL with make)", "accepted: "]),
     (["--workers", "2", "--bogus"], ["unrecognized arguments: --bogus"]),
 ])
 def test_auto_bad_inputs_are_one_line_errors_before_any_work(monkeypatch, capsys, argv, needles):

@@ -339,13 +339,13 @@ def exit_code(main, argv):
     (["--ps-topology", "foo"], ["--ps-topology='foo'", "PS_TOPOLOGY", "accepted: per-machine, per-gpu"]),
     (["--algorithm", "foo"], ["--algorithm='foo'", "accepted: "]),
     (["--bogus"], ["unrecognized arguments: --bogus", "accepted: "]),
-    (["--device", "foo", "--profile-from", "measured"], ["--device 'foo' is invalid", "accepted: auto, cpu, cuda"]),
+    (["--device", "foo", "--profile-from", "measured"], ["--device='foo' (DEVICE with make) is invalid", "accepted: auto, cpu, cuda"]),
     # DEVICE is where a measured profile is taken: given without one it is an error, not ignored
-    (["--device", "foo"], ["--device 'foo' is invalid", "accepted: auto, cpu, cuda"]),
+    (["--device", "foo"], ["--device='foo' (DEVICE with make) is invalid", "accepted: auto, cpu, cuda"]),
     (["--device", "cpu"], ["--device='cpu' (DEVICE", "PROFILE_FROM=measured"]),
     # the README's "any torchvision classifier" runs, but the predictor profiles conf/model/ only
-    (["--model", "vgg16"], ["model 'vgg16'", "ONE_WORKER=<samples/s> or PROFILE_FROM=measured"]),
-    (["--model", "torchvision"], ["model 'torchvision'", "accepted: bert-base, bert-large, resnet50, tiny-bert"]),
+    (["--model", "vgg16"], ["--model='vgg16' (MODEL with make)", "tiny-resnet need ONE_WORKER=<samples/s> or PROFILE_FROM=measured"]),
+    (["--model", "torchvision"], ["--model='torchvision'", "accepted: bert-base, bert-large, resnet50, tiny-bert"]),
 ])
 def test_bad_command_line_values_are_one_line_errors(tmp_path, capsys, monkeypatch, argv, needles):
     """Every bad value: one line `predict: error: ...` naming it and what is accepted, exit 2,
