@@ -40,6 +40,7 @@ link, `max(alpha + chunk * beta)` over the link kinds the algorithm crosses:
 """
 from __future__ import annotations
 
+import functools
 import math
 import socket
 import statistics
@@ -508,11 +509,44 @@ def load(name: str, directory: Path | None = None) -> Cluster:
     lanes = _lane_speed(spec.get("inter"), name)
     if rate_bps is not None:
         measured, lanes = {}, {}  # an emulated wire's slope is the tc rate's (emulated_wire), not a fit's
-    return Cluster(name=spec.get("name", name), intra=intra, inter=inter,
-                   gpus_per_node=int(gpus or 1), server_mem_Bps=float(spec.get("server_mem_GBps", 0)) * 1e9,
-                   mgwfbp_table=table, description=spec.get("description", ""), sources=sources, ps=ps,
-                   host_cpu=host_cpu, measured=measured, measured_algorithm=algorithm,
-                   measured_on_one_machine=one_machine, lane_speed=lanes)
+    cluster = Cluster(name=spec.get("name", name), intra=intra, inter=inter,
+                      gpus_per_node=int(gpus or 1), server_mem_Bps=float(spec.get("server_mem_GBps", 0)) * 1e9,
+                      mgwfbp_table=table, description=spec.get("description", ""), sources=sources, ps=ps,
+                      host_cpu=host_cpu, measured=measured, measured_algorithm=algorithm,
+                      measured_on_one_machine=one_machine, lane_speed=lanes)
+    if rate_bps is not None and inter is not None and spec.get("data_lanes"):
+        cluster.lane_speed.update(emulated_lanes(cluster, spec["data_lanes"]))
+        sources["lanes"] = ("make commbench's bursts of per-tensor all-reduces (data_lanes: measured_s), each "
+                            "all-reduce timed alone by the tc rate's wire above (simulate.lane_speed), not by the fit")
+    return cluster
+
+
+@functools.lru_cache(maxsize=None)
+def _gradient_numels(model: str) -> tuple[int, ...]:
+    from ddlbench.commbench.modes import gradient_numels
+
+    return tuple(gradient_numels(model))
+
+
+def emulated_lanes(cluster: "Cluster", data: dict) -> dict:
+    """{ranks: speed} of Gloo's concurrent all-reduces on an emulated network, from make commbench's
+    bursts across its hosts (`data_lanes`: each model's per-tensor all-reduces launched at once,
+    `measured_s`; one rank per host, the placement of runs with one worker per host), each
+    all-reduce's time alone taken as the simulator takes it on this cluster (the tc rate's wire):
+    the speeds commbench wrote are relative to its fit's slope, which this network does not use."""
+    from ddlbench.predict.simulate import lane_speed, ring_link_bytes  # simulate imports this module
+
+    out = {}
+    for ranks, models in (data or {}).items():
+        speeds = []
+        for model, d in (models or {}).items():
+            numels = _gradient_numels(model)
+            alone = [cluster.allreduce_s(4 * n, int(ranks), "ring") for n in numels]  # fp32
+            speeds.append(lane_speed(alone, float(d["measured_s"]), GLOO_THREADS, cluster.inter,
+                                     [ring_link_bytes(4 * n, int(ranks)) for n in numels]))
+        if speeds:
+            out[int(ranks)] = statistics.median(speeds)
+    return out
 
 
 # commbench's collective -> its key under a config's `inter:` (the all-reduce's is the link's own).

@@ -31,7 +31,9 @@ same thing at the same time, and a server receives a partition from all m machin
   async collectives on its two threads (`network.GLOO_THREADS`), two at once: where make
   commbench timed a burst of them at the run's worker count in the run's placement (its fusion
   mode: a model's per-tensor all-reduces launched at once), they share two `Lanes` at the speed
-  that burst gives (`Cluster.lane_speed`, `lane_speed`); elsewhere one at a time;
+  that burst gives (`Cluster.lane_speed`, `lane_speed`; on an emulated network found again
+  against the tc rate's wire and its token bucket, which each collective meets as it starts:
+  `network.emulated_lanes`); elsewhere one at a time;
 - PS methods, per machine (BytePS): per partition, a reduce inside the node over its NCCL stream
   (where make commbench timed a reduce and a broadcast at the node's worker count in the run's
   placement, those fits: `Cluster.node_stage_s`),
@@ -255,12 +257,14 @@ class Bucket:
         self.tokens, self.idle_from = self.depth, 0.0
 
     def duration_s(self, now: float, nbytes: float, base_s: float) -> float:
-        """The duration of a transfer of `nbytes` (`base_s` at the rate) starting at `now`."""
-        tokens = min(self.depth, self.tokens + (now - self.idle_from) / self.beta)
+        """The duration of a transfer of `nbytes` (`base_s` at the rate) starting at `now`. A
+        transfer that starts while another still sends (Gloo's concurrent collectives, `Lanes`)
+        finds only the tokens that one left: none come back while the link sends."""
+        tokens = min(self.depth, self.tokens + max(0.0, now - self.idle_from) / self.beta)
         used = min(tokens, nbytes)
         self.tokens = tokens - used  # what the transfer leaves: sending at the rate refills nothing
         dur = max(0.0, base_s - used * self.beta)
-        self.idle_from = now + dur
+        self.idle_from = max(self.idle_from, now + dur)
         return dur
 
 
@@ -380,7 +384,10 @@ class Lanes:
     def _fill(self) -> None:
         while self.fifo and len(self.running) < self.lanes:
             self.seq += 1
-            self.running[self.seq] = list(self.fifo.popleft())
+            dur, on_done = self.fifo.popleft()
+            if callable(dur):  # a duration that depends on when the job starts (a Bucket's tokens)
+                dur = dur(self.sim.now)
+            self.running[self.seq] = [dur, on_done]
 
     def _schedule(self) -> None:
         self.version += 1
@@ -402,29 +409,35 @@ class Lanes:
                 on_done()
 
 
-def lane_speed(durations_s: list[float], measured_s: float, lanes: int) -> float:
+def lane_speed(durations_s: list[float], measured_s: float, lanes: int, bucket: "Link | None" = None,
+               link_bytes: list[float] | None = None) -> float:
     """The speed of each of `lanes` concurrent collectives (`Lanes`, with every lane busy) at which
     the burst `durations_s` (each one's time alone, all submitted at once, as commbench's fusion
     mode launches a model's per-tensor all-reduces and then waits for them) takes `measured_s`:
     by bisection, the burst's time falling as the speed grows. Between 1 / (2 lanes) (sharing
-    slows every collective more than it overlaps) and 1 (a lane each costs nothing)."""
+    slows every collective more than it overlaps) and 1 (a lane each costs nothing). `bucket`:
+    the token bucket of the links (an emulated network), which each collective's `link_bytes`
+    meet at its start, as in the run."""
     lo, hi = 1 / (2 * lanes), 1.0
-    if burst_s(durations_s, lanes, lo) <= measured_s:
+    if burst_s(durations_s, lanes, lo, bucket, link_bytes) <= measured_s:
         return lo
-    if burst_s(durations_s, lanes, hi) >= measured_s:
+    if burst_s(durations_s, lanes, hi, bucket, link_bytes) >= measured_s:
         return hi
     for _ in range(40):  # to 2^-40 of the range; the burst's time falls as the speed grows
         mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if burst_s(durations_s, lanes, mid) <= measured_s else (mid, hi)
+        lo, hi = (lo, mid) if burst_s(durations_s, lanes, mid, bucket, link_bytes) <= measured_s else (mid, hi)
     return (lo + hi) / 2
 
 
-def burst_s(durations_s: list[float], lanes: int, shared_speed: float) -> float:
-    """How long `Lanes` take for collectives of these times alone, all submitted at once."""
+def burst_s(durations_s: list[float], lanes: int, shared_speed: float, bucket: "Link | None" = None,
+            link_bytes: list[float] | None = None) -> float:
+    """How long `Lanes` take for collectives of these times alone, all submitted at once (behind
+    a full `bucket`, where given)."""
     sim = Sim()
     lanes_ = Lanes(sim, lanes, shared_speed)
-    for d in durations_s:
-        lanes_.submit(d, None)
+    tokens = Bucket(bucket) if bucket is not None and bucket.burst_bytes else None
+    for i, d in enumerate(durations_s):
+        lanes_.submit(d if tokens is None else (lambda now, d=d, n=link_bytes[i]: tokens.duration_s(now, n, d)), None)
     sim.run()
     return sim.now
 
@@ -438,13 +451,18 @@ class AllReduceComm:
         self.cluster, self.workers, self.algorithm = cluster, workers, algorithm
         speed = cluster.lane_speed.get(workers) if algorithm == cluster.measured_algorithm else None
         self.lanes = Lanes(sim, GLOO_THREADS, speed) if speed else None
-        self.stream = None if self.lanes else Station(sim, bucket=ring_bucket(cluster, workers, algorithm))
+        self.bucket = ring_bucket(cluster, workers, algorithm)
+        self.stream = None if self.lanes else Station(sim, bucket=self.bucket)
 
     def send(self, nbytes: int, extra_s: float, on_done) -> None:
         w = self.workers
         dur = self.cluster.allreduce_s(nbytes, w, self.algorithm)
         if self.lanes is not None:
-            self.lanes.submit(dur + extra_s, on_done)
+            if self.bucket is not None and self.bucket.depth:  # the emulated links' tokens, met at its start
+                n, bucket = ring_link_bytes(nbytes, w), self.bucket
+                self.lanes.submit(lambda now: bucket.duration_s(now, n, dur) + extra_s, on_done)
+            else:
+                self.lanes.submit(dur + extra_s, on_done)
             return
         self.stream.submit((self.stream.timed(ring_link_bytes(nbytes, w), dur, extra_s), 0.0, None, on_done))
 

@@ -194,3 +194,54 @@ def test_a_measured_emulated_network_takes_its_wire_from_the_rate_and_refits_alp
     (tmp_path / "emulated-100mbit.yaml").write_text(yaml.safe_dump(spec))
     c = network.load("emulated-100mbit", tmp_path)
     assert c.ps.beta_s_per_byte == pytest.approx(beta) and c.ps.alpha_s == 5e-4
+
+
+def test_an_emulated_network_keeps_its_measured_burst_of_concurrent_all_reduces(tmp_path):
+    """make commbench LINK=... times a model's per-tensor all-reduces launched at once across the
+    emulated hosts (data_lanes). The emulated network used to drop the lane speed it wrote (it
+    was relative to the fit's slope, which the tc rate's wire replaces), so Gloo's concurrent
+    all-reduces ran one at a time in the model: at 1 Gbit/s WFBP-A2A was predicted 66-75% too
+    fast. The speed is now found again against the wire the simulator uses, its token bucket
+    included, so the model's burst takes what commbench measured."""
+    import yaml
+
+    from ddlbench.predict import simulate
+    from ddlbench.predict.network import _gradient_numels
+
+    beta = 8 / 1e9 * 1514 / 1448
+    sizes = [1024, 65536, 1 << 20, 4 << 20]
+    spec = {"name": "emulated-1gbit",
+            "inter": {"allreduce": {"alpha_s": 8e-4, "beta_s_per_byte": 9e-9, "ranks": 2,
+                                    "lane_speed_by_ranks": {2: 0.25}}},
+            "data": {"bytes": sizes, "time_s": [8e-4 + beta * n for n in sizes]},  # 2 alpha = 0.8 ms on the wire
+            "data_lanes": {2: {"tiny-resnet": {"tensors": 29, "measured_s": 0.040, "alone_s": 0.0255, "speed": 0.25}}}}
+    (tmp_path / "emulated-1gbit.yaml").write_text(yaml.safe_dump(spec))
+    c = network.load("emulated-1gbit", tmp_path)
+    speed = c.lane_speed[2]
+    assert 0.25 < speed < 1 and speed != spec["data_lanes"][2]["tiny-resnet"]["speed"]
+    numels = _gradient_numels("tiny-resnet")
+    alone = [c.allreduce_s(4 * n, 2, "ring") for n in numels]
+    link_bytes = [simulate.ring_link_bytes(4 * n, 2) for n in numels]
+    assert simulate.burst_s(alone, 2, speed, c.inter, link_bytes) == pytest.approx(0.040, rel=1e-6)
+    assert "data_lanes" in c.sources["lanes"]
+    # a burst slower than any sharing of two lanes can make it: the slowest speed the model has
+    spec["data_lanes"][2]["tiny-resnet"]["measured_s"] = 1.0
+    (tmp_path / "emulated-1gbit.yaml").write_text(yaml.safe_dump(spec))
+    assert network.load("emulated-1gbit", tmp_path).lane_speed[2] == 0.25
+    # without commbench's bursts, one at a time, as before
+    del spec["data_lanes"]
+    (tmp_path / "emulated-1gbit.yaml").write_text(yaml.safe_dump(spec))
+    assert network.load("emulated-1gbit", tmp_path).lane_speed == {}
+
+
+def test_concurrent_all_reduces_meet_the_token_bucket_when_they_start():
+    """Lanes behind an emulated link's bucket: the first collective's bytes pass on the tokens,
+    the next, starting at once, finds none left."""
+    from ddlbench.predict import simulate
+
+    link = network.Link(0.0, 1e-6, burst_bytes=1000)  # 1 us a byte; 1,000 bytes of tokens
+    # three 1,000-byte collectives of 1 ms alone at the rate, two lanes at full speed (1.0): the
+    # first passes on the tokens at once, so the third starts at 0 beside the second
+    assert simulate.burst_s([1e-3] * 3, 2, 1.0, link, [1000] * 3) == pytest.approx(1e-3)
+    assert simulate.burst_s([1e-3] * 3, 2, 1.0) == pytest.approx(2e-3)  # no bucket: the third waits 1 ms
+    assert simulate.burst_s([1e-3, 1e-3, 1e-3], 1, 1.0, link, [1000, 1000, 1000]) == pytest.approx(2e-3)
