@@ -162,7 +162,7 @@ def main(argv=None) -> int:
 def paths_problem(results: Path, given_out: str | None, out: Path, reference_csv: Path) -> str | None:
     """Why the report cannot read RESULTS or the reference CSV, or write its folder: said in one
     line before any work (nothing is created here)."""
-    import os
+    from ddlbench.record import unusable_dir
 
     if not results.exists():
         return f"results directory {results} does not exist; accepted: a results directory"
@@ -172,16 +172,14 @@ def paths_problem(results: Path, given_out: str | None, out: Path, reference_csv
     if not reference_csv.is_file():
         return f"--reference {reference_csv} is not a file; accepted: a CSV of published numbers"
     what = f"--out {given_out}" if given_out is not None else f"report folder {out}"
-    for d in (out, *out.absolute().parents):  # the deepest that exists must take new entries
-        if not d.exists():
-            continue
-        if not d.is_dir():
-            why = "is not a directory" if d == out else f"is unusable: {d} exists and is not a directory"
-            return f"{what} {why}; accepted: a directory you can write (or create)"
-        if not os.access(d, os.W_OK | os.X_OK):
-            return f"{what} is unusable: {d} is not writable by this user; accepted: a directory you can write (or create)"
+    bad = unusable_dir(out)  # the deepest that exists must take new entries
+    if bad is None:
         return None
-    return None
+    d, why = bad
+    if why == "not a directory":
+        why = "is not a directory" if d == out else f"is unusable: {d} exists and is not a directory"
+        return f"{what} {why}; accepted: a directory you can write (or create)"
+    return f"{what} is unusable: {d} is not writable by this user; accepted: a directory you can write (or create)"
 
 if __name__ == "__main__":
     sys.exit(main())

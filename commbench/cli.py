@@ -99,10 +99,9 @@ def parse(argv) -> argparse.Namespace:
     if not a.timeout > 0:
         raise BadInput(f"timeout={a.timeout:g} is invalid; accepted: seconds > 0")
     if "fusion" in a.modes:
-        from ddlbench.config import conf_dir
+        from ddlbench.config import choices
 
-        known = sorted(p.stem for p in (conf_dir() / "model").glob("*.yaml"))
-        _list(a.fusion_models, tuple(known), "fusion model")  # the models whose gradients it sends
+        _list(a.fusion_models, tuple(choices("model")), "fusion model")  # the models whose gradients it sends
     try:
         counts = [int(w) for w in a.workers.split(",")]
     except ValueError:

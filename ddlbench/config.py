@@ -293,19 +293,20 @@ def _check_results_dir(cfg) -> None:
     if cfg.launcher.name == "slurm" and SLURM_PATH_UNSAFE.search(str(path)):
         raise ConfigError(f"results_dir={given!r} ({path}) has a space or '%', which Slurm's batch scripts and "
                           f"filename patterns break on; accepted on launcher=slurm: a path without spaces or '%'")
-    for d in (path / "records", path, *path.parents):  # the deepest that exists must take new entries
-        if not d.exists() and not d.is_symlink():
-            continue
-        if not d.is_dir():
-            raise ConfigError(f"results_dir={given!r} is unusable: {d} exists and is not a directory; "
-                              f"accepted: a directory path")
-        if not os.access(d, os.W_OK | os.X_OK):
-            where = f"{d} is" if d in (path, path / "records") else f"would be created under {d}, which is"
-            raise ConfigError(f"results_dir={given!r} is unusable: {where} not writable by this user; "
-                              f"accepted: a directory you can write (or create)")
-        if d != path / "records":
-            return
-        # records/ exists and is writable: results_dir itself must still be a usable directory
+    from ddlbench.record import unusable_dir
+
+    # the deepest that exists must take new entries; where records/ does, results_dir itself too
+    records = path / "records"
+    bad = unusable_dir(records) or (unusable_dir(path) if records.exists() or records.is_symlink() else None)
+    if bad is None:
+        return
+    d, why = bad
+    if why == "not a directory":
+        raise ConfigError(f"results_dir={given!r} is unusable: {d} exists and is not a directory; "
+                          f"accepted: a directory path")
+    where = f"{d} is" if d in (path, records) else f"would be created under {d}, which is"
+    raise ConfigError(f"results_dir={given!r} is unusable: {where} not writable by this user; "
+                      f"accepted: a directory you can write (or create)")
 
 
 def default_device(launcher: str) -> str:

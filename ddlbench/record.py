@@ -103,6 +103,21 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
+def unusable_dir(path: Path) -> tuple[Path, str] | None:
+    """Why `path` cannot be a directory this user writes in (or creates): (the deepest of it and
+    its parents that exists, "not a directory" or "not writable"), or None. A dangling link
+    counts as there. Nothing is created."""
+    for d in (path, *Path(path).absolute().parents):
+        if not d.exists() and not d.is_symlink():
+            continue
+        if not d.is_dir():
+            return d, "not a directory"
+        if not os.access(d, os.W_OK | os.X_OK):
+            return d, "not writable"
+        return None
+    return None
+
+
 def append(path: Path, *records: dict) -> None:
     """Append the records' lines to `path` in one write. Under `flock` where the filesystem
     has locks; where it has none (ENOLCK: NFS `nolock`, Lustre without `flock`) without one,

@@ -87,24 +87,25 @@ def parse_workers(text: str) -> list[int]:
 
 def run_profile_names() -> list[str]:
     """The run profiles (conf/profile/*.yaml)."""
-    from ddlbench.config import conf_dir
+    from ddlbench.config import choices
 
-    return sorted(p.stem for p in (conf_dir() / "profile").glob("*.yaml"))
+    return choices("profile")
 
 
 def check_results(results: str) -> Path:
     """RESULTS/predictions.jsonl can be appended to (the directory made if need be): checked
     before anything is computed, so a bad RESULTS never costs the predictions."""
+    from ddlbench.record import unusable_dir
+
     path = Path(results)
     accepted = "accepted: a writable directory, or a path where one can be made"
-    target, there = path / DEFAULT_FILE, path
-    while not there.exists() and there != there.parent:
-        there = there.parent
-    if there.exists() and not there.is_dir():
+    target, bad = path / DEFAULT_FILE, unusable_dir(path)
+    if bad is not None and bad[1] == "not a directory":
+        there = bad[0]
         what = "is a file, not a directory" if there == path else f"cannot be made: {there} is a file, not a directory"
         raise ValueError(f"{knob('--results', results)} {what}; {accepted}")
-    if not os.access(there, os.W_OK | os.X_OK):
-        raise ValueError(f"{knob('--results', results)} is not writable ({there}); {accepted}")
+    if bad is not None:
+        raise ValueError(f"{knob('--results', results)} is not writable ({bad[0]}); {accepted}")
     if target.exists() and (not target.is_file() or not os.access(target, os.W_OK)):
         raise ValueError(f"{knob('--results', results)} holds {target}, which is not a writable file; {accepted}")
     return target
@@ -164,9 +165,9 @@ def check_model(model: str) -> None:
     """The predictor profiles the models of conf/model/ by name; `torchvision` there is any
     torchvision classifier, which runs (model=vgg16) but has no profile here: a one-line error
     saying which models can be predicted, and with what."""
-    from ddlbench.config import conf_dir
+    from ddlbench.config import choices
 
-    known = sorted(p.stem for p in (conf_dir() / "model").glob("*.yaml") if p.stem != "torchvision")
+    known = [m for m in choices("model") if m != "torchvision"]
     if model in known:
         return
     published = sorted({r["model"].replace("_", "-") for r in profile.one_worker_rows()} & set(known))

@@ -237,11 +237,16 @@ class Station:
         self._next()
 
     def timed(self, nbytes: float, base_s: float, extra_s: float = 0.0):
-        """A job's duration: `base_s` at the link's rate plus `extra_s`, less what this link
-        direction's bucket lets `nbytes` of it pass at once when the job starts."""
-        if self.bucket is None:
-            return base_s + extra_s
-        return lambda now: self.bucket.duration_s(now, nbytes, base_s) + extra_s
+        return timed(self.bucket, nbytes, base_s, extra_s)
+
+
+def timed(bucket: "Bucket | None", nbytes: float, base_s: float, extra_s: float = 0.0):
+    """A job's duration (`Station`, `Lanes`): `base_s` at the link's rate plus `extra_s`, less what
+    the link direction's `bucket` lets `nbytes` of it pass at once when the job starts (then a
+    function of that time)."""
+    if bucket is None:
+        return base_s + extra_s
+    return lambda now: bucket.duration_s(now, nbytes, base_s) + extra_s
 
 
 class Bucket:
@@ -437,7 +442,7 @@ def burst_s(durations_s: list[float], lanes: int, shared_speed: float, bucket: "
     lanes_ = Lanes(sim, lanes, shared_speed)
     tokens = Bucket(bucket) if bucket is not None and bucket.burst_bytes else None
     for i, d in enumerate(durations_s):
-        lanes_.submit(d if tokens is None else (lambda now, d=d, n=link_bytes[i]: tokens.duration_s(now, n, d)), None)
+        lanes_.submit(timed(tokens, link_bytes[i] if tokens else 0, d), None)
     sim.run()
     return sim.now
 
@@ -451,18 +456,14 @@ class AllReduceComm:
         self.cluster, self.workers, self.algorithm = cluster, workers, algorithm
         speed = cluster.lane_speed.get(workers) if algorithm == cluster.measured_algorithm else None
         self.lanes = Lanes(sim, GLOO_THREADS, speed) if speed else None
-        self.bucket = ring_bucket(cluster, workers, algorithm)
+        self.bucket = ring_bucket(cluster, workers, algorithm)  # each collective meets it as it starts
         self.stream = None if self.lanes else Station(sim, bucket=self.bucket)
 
     def send(self, nbytes: int, extra_s: float, on_done) -> None:
         w = self.workers
         dur = self.cluster.allreduce_s(nbytes, w, self.algorithm)
         if self.lanes is not None:
-            if self.bucket is not None and self.bucket.depth:  # the emulated links' tokens, met at its start
-                n, bucket = ring_link_bytes(nbytes, w), self.bucket
-                self.lanes.submit(lambda now: bucket.duration_s(now, n, dur) + extra_s, on_done)
-            else:
-                self.lanes.submit(dur + extra_s, on_done)
+            self.lanes.submit(timed(self.bucket, ring_link_bytes(nbytes, w), dur, extra_s), on_done)
             return
         self.stream.submit((self.stream.timed(ring_link_bytes(nbytes, w), dur, extra_s), 0.0, None, on_done))
 
