@@ -65,11 +65,15 @@ same thing at the same time, and a server receives a partition from all m machin
   link direction passes what finds tokens at once and the rest at the rate, tokens coming back
   between transfers (`Bucket`; modelled for the ring over one-worker machines and for PS links).
 
-- ByteScheduler-A2A, stack "study": its partitions go through Horovod 0.19 at its defaults (the
-  study's script sets none of HOROVOD_CYCLE_TIME, HOROVOD_FUSION_THRESHOLD, HOROVOD_CACHE_CAPACITY):
+- every A2A method, stack "study": its messages go through Horovod 0.19 at its defaults (the
+  study's scripts set none of HOROVOD_CYCLE_TIME, HOROVOD_FUSION_THRESHOLD, HOROVOD_CACHE_CAPACITY):
   a request waits for the background loop's next cycle (5 ms), and each cycle fuses what is
-  pending into buffers of at most 64 MiB (`HorovodCycle`). The response cache only shortens
-  the negotiation inside a cycle, which is not timed here.
+  pending into buffers of at most 64 MiB (`HorovodCycle`). ByteScheduler-A2A's partitions
+  through ByteScheduler's Horovod plugin; BSP-A2A, WFBP-A2A and MG-WFBP through the study's
+  own optimizer (its mgwfbp/ folder: `--threshold 536870912`, `--threshold 0`, `--mgwfbp`),
+  which calls Horovod's allreduce_async_ once per group as the group's last gradient appears,
+  so WFBP-A2A's per-tensor requests that appear within one cycle leave fused. The response
+  cache only shortens the negotiation inside a cycle, which is not timed here.
 
 - ByteScheduler's own machinery in this runtime (stack "ddlbench": its dispatcher and completion
   threads, per-parameter optimizer steps, forward pre-hooks, all under one GIL):
@@ -292,6 +296,8 @@ class Options:
                                     # method config's (per-machine, as the study ran BytePS)
     stragglers: bool = True         # False: a what-if for `explain`: every worker computes in the mean
                                     # time, none waits for the slowest (`Profile.sync_factor`)
+    horovod_cycle_s: float = HOROVOD_CYCLE_S  # stack study: Horovod's cycle, which every A2A message
+                                    # waits for (`HorovodCycle`); 0: each goes at once
 
     def __post_init__(self):
         if self.stack not in STACKS:
@@ -307,6 +313,9 @@ class Options:
         if not self.bytescheduler_unit_s >= 0 or (self.bytescheduler_unit_s and self.stack != "ddlbench"):
             raise ValueError(f"bytescheduler_unit_s={self.bytescheduler_unit_s!r} with stack={self.stack!r} is invalid; "
                              f"accepted: >= 0 seconds, and 0 but with stack ddlbench (this runtime's machinery)")
+        if not (isinstance(self.horovod_cycle_s, (int, float)) and self.horovod_cycle_s >= 0):
+            raise ValueError(f"horovod_cycle_s={self.horovod_cycle_s!r} is invalid; accepted: >= 0 seconds "
+                             f"(0: each request at once)")
         from ddlbench.config import BYTESCHEDULER_PS_VARIANTS
 
         if self.bytescheduler_ps not in BYTESCHEDULER_PS_VARIANTS:
@@ -485,7 +494,8 @@ class HorovodCycle:
         self.pending.append((nbytes, extra_s, on_done))
         if not self.tick_pending:
             self.tick_pending = True
-            self.sim.at((math.floor(self.sim.now / self.cycle_s) + 1) * self.cycle_s, self._cycle)
+            at = (math.floor(self.sim.now / self.cycle_s) + 1) * self.cycle_s if self.cycle_s > 0 else self.sim.now
+            self.sim.at(at, self._cycle)
 
     def _cycle(self) -> None:
         self.tick_pending = False
@@ -907,7 +917,7 @@ def _communicate(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg:
         else:
             comm = AllReduceComm(sim, cluster, workers, opts.algorithm)
             if opts.stack == "study":
-                comm = HorovodCycle(sim, comm)
+                comm = HorovodCycle(sim, comm, opts.horovod_cycle_s)
 
         def landed(pid):
             i = param_of[pid]
@@ -945,6 +955,8 @@ def _communicate(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg:
                       p.server_schedule)
     else:
         comm = AllReduceComm(sim, cluster, workers, opts.algorithm)
+        if opts.stack == "study":  # the study's BSP-A2A, WFBP-A2A and MG-WFBP call Horovod's allreduce_async_
+            comm = HorovodCycle(sim, comm, opts.horovod_cycle_s)
     for g, members in enumerate(messages):
         launch = max(ready[i] for i in members) if p.eager else b_end
         nbytes = sum(profile.numels[i] for i in members) * esize

@@ -4,7 +4,9 @@ Toy model: three parameters p0, p1, p2 (forward order) of 10,000 elements (40,00
 forward 1 s; backward produces p2, p1, p0. Two workers on one node whose link makes an
 all-reduce of 40,000 B take 1 s, 80,000 B 1.5 s, 120,000 B 2 s (2 (alpha + n/2 beta), alpha
 0.25 s, beta 1.25e-5 s/B). Fused messages also pay a pack and unpack copy at GPU memory speed
-(tens of nanoseconds here), hence approx.
+(tens of nanoseconds here), hence approx. The study's stack sends every A2A message through
+Horovod's cycle (5 ms); `period` sets it to 0 (each request goes at once) unless a test says, so
+the timelines are the schedules' own; the cycle has tests of its own.
 """
 import re
 from dataclasses import replace
@@ -32,6 +34,7 @@ def two_gpus(table=None, server_mem=0.0, g=2, inter=None):
 
 
 def period(method, prof, cluster, workers=2, **opts):
+    opts.setdefault("horovod_cycle_s", 0.0)
     return simulate.simulate(method, prof, cluster, workers, simulate.Options(**opts)).period_s
 
 
@@ -229,8 +232,30 @@ def test_the_studys_bytescheduler_a2a_goes_through_horovods_cycle():
     # The same toy as above with the study's stack: every partition waits for a 5 ms boundary, so
     # the iteration is longer than the runtime's by at least one cycle's wait and at most a few.
     prof = toy(need=(0.9, 0.3, 0.0))
-    study = period("bytescheduler-a2a", prof, two_gpus(), stack="study")
+    study = period("bytescheduler-a2a", prof, two_gpus(), stack="study", horovod_cycle_s=simulate.HOROVOD_CYCLE_S)
     assert 4.1 < study <= 4.1 + 3 * simulate.HOROVOD_CYCLE_S
+    assert simulate.Options().horovod_cycle_s == simulate.HOROVOD_CYCLE_S  # the study's default
+    with pytest.raises(ValueError, match=r"horovod_cycle_s=-1 is invalid; accepted: >= 0 seconds"):
+        simulate.Options(horovod_cycle_s=-1)
+
+
+def test_the_studys_wfbp_a2a_bsp_a2a_and_mgwfbp_go_through_horovods_cycle():
+    # The study's own optimizer calls Horovod's allreduce_async_ per group. Cycle 1 s: WFBP-A2A's
+    # p2, p1, p0 appear at 1.5, 1.6, 1.7 and all wait for the 2.0 boundary, which fuses them
+    # (120,000 B: 2 s, plus the copy in and out): 4.0 s, where one at a time they end at 4.5
+    # (test_wfbp_queues_on_one_stream); this runtime's WFBP-A2A has no cycle
+    prof = toy(ready=(0.7, 0.6, 0.5))
+    copy = 2 * 120_000 / simulate.GPU_MEM_BPS
+    assert period("wfbp-a2a", prof, two_gpus(), horovod_cycle_s=1.0) == pytest.approx(4.0 + copy)
+    assert period("wfbp-a2a", prof, two_gpus(), stack="ddlbench", horovod_cycle_s=1.0) == pytest.approx(4.5)
+    # BSP-A2A's one message appears as backward ends (4.5) and waits half a second for the 5.0
+    # boundary, then 2 s (120,000 B)
+    late = toy(ready=(3.5, 2.0, 1.0))
+    assert period("bsp-a2a", late, two_gpus(), horovod_cycle_s=1.0) == pytest.approx(1.0 + 3.5 + 0.5 + 2.0, rel=1e-4)
+    # MG-WFBP's one group (test_mgwfbp_merges_and_beats_wfbp_where_gradients_come_close) appears
+    # at 2.5 and waits for the 3.0 boundary: 5.0 s, not 4.5
+    assert period("mg-wfbp", toy(ready=(1.5, 1.2, 1.0)), two_gpus(table={2: (0.5, 1e-9)}),
+                  horovod_cycle_s=1.0) == pytest.approx(5.0, rel=1e-4)
 
 
 def test_every_algorithm_simulates_every_method_on_one_node():
