@@ -20,7 +20,8 @@ Every schedule decision is the runtime's own code, imported, never copied:
   BERT's position and token-type ids).
 
 What is modelled (one worker stands for all: workers are identical, so every machine does the
-same thing at the same time, and a server receives a partition from all m machines at once):
+same thing at the same time, and a server receives a partition from all m machines at once;
+but for PS on the emulated cluster's links, below):
 - compute from a `profile.Profile`: forward, then backward producing gradient i at ready_s[i];
 - all-reduce methods: one NCCL stream per worker, so collectives run one at a time in launch
   order, each costing `Cluster.allreduce_s` (stack study: NCCL 2.4's size threshold between tree
@@ -41,7 +42,12 @@ same thing at the same time, and a server receives a partition from all m machin
   bytes: the contention the servers see), the summing on the key's engine thread, a pull on the
   server's uplink (m x the bytes) and the machine's downlink, and a broadcast inside the node.
   A message streams through a worker link and a server link at the slower of the two (cut
-  through, not store and forward). Stack "study": with one machine BytePS is not distributed
+  through, not store and forward). On the emulated cluster's links (tc tbf: one FIFO queue per
+  link direction, `fifo_pulls`) a server's replies to its pushers leave one after another, so
+  the machines fall out of step and no longer push at once: there every machine runs on one
+  clock with its own links (`PSMachines`, `ps_machines_period_s`; not for ByteScheduler's queue,
+  which stays in step), and with m machines and one server holding the whole gradient (n bytes
+  at beta) BSP-PS's period is the compute plus (m + 1) n beta, not 2 m n beta. Stack "study": with one machine BytePS is not distributed
   (DMLC_NUM_WORKER=1), so only the node's reduce and broadcast run; ddlbench's runtime pushes
   through the servers even then (stack "ddlbench");
 - ByteScheduler: partitions queue as their gradient appears; the dispatcher starts the most
@@ -151,6 +157,7 @@ DDP_FIRST_BUCKET_BYTES = 1 << 20   # torch.distributed's _DEFAULT_FIRST_BUCKET_B
 HOROVOD_CYCLE_S = 0.005
 HOROVOD_FUSION_BYTES = 64 * 1024 * 1024
 ITERATIONS = 3                     # simulated back to back; the last gap is the steady-state period
+MACHINE_ITERATIONS = 12            # per-machine PS (`ps_machines_period_s`): the mean of the last 6
 
 
 @functools.lru_cache(maxsize=None)
@@ -269,6 +276,9 @@ class Bucket:
         """The duration of a transfer of `nbytes` (`base_s` at the rate) starting at `now`. A
         transfer that starts while another still sends (Gloo's concurrent collectives, `Lanes`)
         finds only the tokens that one left: none come back while the link sends."""
+        if self.beta <= 0:  # a link of no per-byte time (explain's what-if): nothing for tokens to save
+            self.idle_from = max(self.idle_from, now + base_s)
+            return base_s
         tokens = min(self.depth, self.tokens + max(0.0, now - self.idle_from) / self.beta)
         used = min(tokens, nbytes)
         self.tokens = tokens - used  # what the transfer leaves: sending at the rate refills nothing
@@ -614,6 +624,152 @@ class PSComm:
         self.node.submit((reduce_s, 0.0, None, reduced))
 
 
+def fifo_pulls(cluster: Cluster, workers: int) -> bool:
+    """Whether a PS server's replies leave one after another: on the emulated cluster's links,
+    whose tc tbf queues packets in one FIFO (launch.netns: TBF_QUEUE_BYTES deep), the sum's
+    reply to each pusher enters that queue whole (the server answers its pushers in the order
+    their pushes came, and a socket hands the kernel a whole partition at once), so the machines
+    receive it one after the other, as many partitions' times apart as they are machines, and
+    from then on work out of step. A real NIC's queues interleave flows (fq_codel, InfiniBand's
+    queue pairs): every machine gets its reply at once, as `PSComm` has it."""
+    m, _ = cluster.nodes(workers)
+    wire = cluster.ps or cluster.inter
+    return m > 1 and wire is not None and wire.burst_bytes > 0
+
+
+class PSMachines:
+    """Per-machine PS as `PSComm`, each machine on its own (`fifo_pulls`): its node stage, its
+    link directions with their token buckets, its pushes through the servers' downlinks one after
+    another, and each server's replies through its uplink one machine after another, in the
+    order the pushes came. A partition's round ends for a machine when its own reply lands."""
+
+    def __init__(self, sim: Sim, cluster: Cluster, workers: int, message_numels: list[int], element_size: int,
+                 method_cfg: dict, opts: Options, server_schedule: bool):
+        self.sim, self.cluster, self.algorithm = sim, cluster, opts.algorithm
+        self.m, self.g = cluster.nodes(workers)
+        self.S = opts.servers or self.m
+        self.per_machine = self.g if per_gpu(method_cfg, opts) else 1
+        self.parts = plan(message_numels, element_size, int(method_cfg["partition_bytes"]), self.S)
+        self.esize = element_size
+        self.wire: Link = cluster.ps or cluster.inter
+        self.node = [Station(sim) for _ in range(self.m)]
+        self.up = [Station(sim, bucket=Bucket(self.wire)) for _ in range(self.m)]
+        self.down = [Station(sim, bucket=Bucket(self.wire)) for _ in range(self.m)]
+        self.server_in = [Station(sim, bucket=Bucket(self.wire)) for _ in range(self.S)]
+        self.server_out = [Station(sim, bucket=Bucket(self.wire)) for _ in range(self.S)]
+        self.threads = int(method_cfg.get("server_engine_threads", 8))
+        self.engine_map = [EngineMap(self.threads) for _ in range(self.S)]
+        pushers_ = pushers(cluster, workers, method_cfg, opts)
+        self.engines = [[Station(sim, ScheduledQueue(pushers_) if server_schedule else None)
+                         for _ in range(self.threads)] for _ in range(self.S)]
+        self.summing = cluster.server_mem_Bps > 0 or server_schedule
+        self.sent = [dict() for _ in range(self.m)]  # machine -> {key: rounds sent}
+        self.rounds: dict = {}                       # (key, round) -> [(machine, its reply's callback)]
+
+    def send(self, machine: int, message: int, on_done) -> None:
+        parts = self.parts[message]
+        left = [len(parts)]
+
+        def one():
+            left[0] -= 1
+            if left[0] == 0:
+                on_done()
+        for part in parts:
+            self._part(machine, part, one)
+
+    def _part(self, k: int, part, done) -> None:
+        c, sim, wire = self.cluster, self.sim, self.wire
+        nbytes = part.numel * self.esize
+        mine = self.per_machine * nbytes
+        node = self.per_machine == 1
+        reduce_s = c.node_stage_s("reduce", nbytes, self.g, self.algorithm) if node else 0.0
+        broadcast_s = c.node_stage_s("broadcast", nbytes, self.g, self.algorithm) if node else 0.0
+        r = self.sent[k].get(part.key, 0)
+        self.sent[k][part.key] = r + 1
+        s = part.server
+
+        def pull(machine, then):
+            def started(now, end):
+                d = self.down[machine]
+                sim.at(now + wire.alpha_s, d.submit,
+                       (d.timed(mine, mine * wire.beta_s_per_byte), end, None,
+                        lambda: self.node[machine].submit((broadcast_s, 0.0, None, then))))
+            out = self.server_out[s]
+            out.submit((out.timed(mine, wire.time_s(mine)), 0.0, started, None))
+
+        def replies():
+            for machine, then in self.rounds.pop((part.key, r)):
+                pull(machine, then)
+
+        def arrived():
+            waiting = self.rounds.setdefault((part.key, r), [])
+            waiting.append((k, done))
+            if len(waiting) < self.m:
+                return
+            if not self.summing:
+                return replies()
+            thread = self.engines[s][self.engine_map[s].thread_of(part.key, nbytes)]
+            sum_s = c.server_sum_s(nbytes, self.threads)
+            left = [self.m * self.per_machine]
+
+            def one():
+                left[0] -= 1
+                if left[0] == 0:
+                    replies()
+            for _ in range(self.m * self.per_machine):  # one engine message per push (BytePS: SUM_RECV)
+                thread.submit((part.key, sum_s, 0.0, None, one))
+
+        def push_started(now, end):
+            into = self.server_in[s]
+            sim.at(now + wire.alpha_s, into.submit,
+                   (into.timed(mine, mine * wire.beta_s_per_byte), end, None, arrived))
+
+        def reduced():
+            u = self.up[k]
+            u.submit((u.timed(mine, wire.time_s(mine)), 0.0, push_started, None))
+
+        self.node[k].submit((reduce_s, 0.0, None, reduced))
+
+
+def ps_machines_period_s(p: "Plan", profile: Profile, cluster: Cluster, workers: int, cfg: dict, opts: Options,
+                         iterations: int = MACHINE_ITERATIONS) -> float:
+    """The steady-state iteration time of a PS method without ByteScheduler's queue where the
+    servers' replies leave one after another (`fifo_pulls`): every machine's iterations on one
+    clock (`PSMachines`), all starting at once; each machine's next forward starts when its
+    backward and all its messages are done, its unpack and updates after. The period: the mean
+    over machines of their last `iterations // 2` iterations."""
+    sim = Sim()
+    m, _ = cluster.nodes(workers)
+    numels = [sum(profile.numels[i] for i in msg) for msg in p.messages]
+    comm = PSMachines(sim, cluster, workers, numels, profile.element_size, cfg, opts, p.server_schedule)
+    tensor_bytes = profile.tensor_bytes
+    unpack = sum(2 * sum(tensor_bytes[i] for i in msg) / GPU_MEM_BPS for msg in p.messages if len(msg) > 1)
+    update = sum(profile.update_s)
+    starts: list[list[float]] = [[] for _ in range(m)]
+
+    def iteration(k: int) -> None:
+        starts[k].append(sim.now)
+        if len(starts[k]) > iterations:
+            return
+        b0 = sim.now + profile.forward_s
+        b_end = b0 + profile.backward_s
+        left = [len(p.messages)]
+
+        def finished():
+            left[0] -= 1
+            if left[0] == 0:
+                sim.at(max(b_end, sim.now) + unpack + update, iteration, k)
+        for g, members in enumerate(p.messages):
+            launch = b0 + max(profile.ready_s[i] for i in members) if p.eager else b_end
+            pack = 2 * sum(tensor_bytes[i] for i in members) / GPU_MEM_BPS if len(members) > 1 else 0.0
+            sim.at(launch + pack, comm.send, k, g, finished)
+    for k in range(m):
+        sim.at(0.0, iteration, k)
+    sim.run()
+    last = iterations // 2
+    return statistics.mean((st[-1] - st[-1 - last]) / last for st in starts)
+
+
 # -- methods --------------------------------------------------------------------------------
 @dataclass
 class Plan:
@@ -746,6 +902,8 @@ def simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opts
     cpu_s = host_cpu_s(p, profile, cluster, workers, cfg, opts)
     if cpu_s:
         profile = stretched_backward(profile, cpu_s)
+    if p.ps and not p.bytescheduler and opts.server_contention and fifo_pulls(cluster, workers):
+        return Result(method, workers, ps_machines_period_s(p, profile, cluster, workers, cfg, opts), compute_s)
     n = len(profile.names)
     tensor_bytes = profile.tensor_bytes
     units = [0] * n  # ByteScheduler's units per parameter
@@ -987,7 +1145,8 @@ def explain(method: str, profile: Profile, cluster: Cluster, workers: int, opts:
     base = simulate(method, profile, cluster, workers, opts, plan).period_s
 
     def link(l, alpha=True, beta=True):
-        return None if l is None else Link(l.alpha_s if alpha else 0.0, l.beta_s_per_byte if beta else 0.0)
+        return None if l is None else replace(l, alpha_s=l.alpha_s if alpha else 0.0,
+                                              beta_s_per_byte=l.beta_s_per_byte if beta else 0.0)
 
     def without(**terms) -> float:
         what_if = replace(cluster, **{k: link(getattr(cluster, k), **terms) for k in ("intra", "inter", "ps")},

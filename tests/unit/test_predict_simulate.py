@@ -373,11 +373,14 @@ def test_a_token_bucket_link_passes_its_burst_after_idling():
     # back to back, the bucket is empty after the first: p2, p1, p0 ready at 1.5, 1.6, 1.7:
     # [1.5, 2.0], then the next two at the rate: [2.0, 3.0], [3.0, 4.0]
     assert period("wfbp-a2a", toy(ready=(0.7, 0.6, 0.5)), bucket, algorithm="ring") == pytest.approx(4.0)
-    # BSP-PS (alpha 0, beta 1e-5, a 60,000-byte bucket on every link direction): each machine's
-    # push of 120,000 B saves 0.6 s (0.6 s), the server's downlink takes both (2.4 s less 0.6:
-    # 1.8 s), the pull likewise (1.8 s, the machines' downlinks within it): 4 + 1.8 + 1.8
+    # BSP-PS (alpha 0, beta 1e-5, a 60,000-byte bucket on every link direction; the replies leave
+    # one after another, test_ps_replies_leave_one_machine_after_another_on_the_emulated_links_by_hand):
+    # a push or reply of 120,000 B takes 1.2 s at the rate, 0.6 s on a full bucket. In the steady
+    # state machine 0 pushes 4 s after its start on full buckets (0.6 s) and machine 1, 1.2 s later,
+    # on the server downlink's refilled bucket (0.6 s); the server's uplink then replies to machine 0
+    # on a full bucket (0.6 s) and at once to machine 1 on an empty one (1.2 s): 4 + 0.6 + 0.6 + 1.2
     ps = Cluster("toy", intra=None, inter=Link(0.0, 1e-5, burst_bytes=60_000), gpus_per_node=1)
-    assert period("bsp-ps", toy(), ps) == pytest.approx(7.6, rel=1e-6)
+    assert period("bsp-ps", toy(), ps) == pytest.approx(6.4, rel=1e-6)
     # 2 workers a machine (GPUS_PER_NODE=2) over a link inside it that costs nothing: a ring of
     # 4 still leaves each machine once each way, so each link direction carries what it does
     # with 4 machines of one, behind the same bucket
@@ -694,3 +697,26 @@ def test_a_measured_profile_is_taken_on_the_gpu_where_one_is_visible_and_a_bad_d
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match="no CUDA GPU is visible here"):
             cli.measure_device("cuda")
+
+
+def test_ps_replies_leave_one_machine_after_another_on_the_emulated_links_by_hand():
+    # BSP-PS, 2 machines of 1 worker, one 120,000 B message (one partition, one server) on links
+    # of 1e-5 s/B, no start-up: a push or a reply takes d = 1.2 s. A tc tbf link (a bucket, here
+    # of 1 byte: no help) queues the server's replies in one FIFO. Both machines compute 4 s and
+    # push; the server's downlink takes the pushes one after the other (4-5.2, 5.2-6.4), then its
+    # uplink sends machine 0's reply (6.4-7.6) and machine 1's (7.6-8.8). Machine 0 starts again
+    # at 7.6, pushes at 11.6; machine 1 at 8.8, pushes at 12.8: the pushes no longer meet, the
+    # replies end at 15.2 and 16.4, and every machine's period is 4 + 3 d = 7.6 s.
+    tbf = Cluster("toy", intra=None, inter=Link(0.0, 1e-5, burst_bytes=1), gpus_per_node=1)
+    assert simulate.fifo_pulls(tbf, 2) and not simulate.fifo_pulls(tbf, 1)
+    assert period("bsp-ps", toy(), tbf) == pytest.approx(7.6, rel=1e-4)
+    # a real link interleaves the replies: every machine gets its reply at 4 + 2 d + 2 d = 8.8 s
+    real = Cluster("toy", intra=None, inter=Link(0.0, 1e-5), gpus_per_node=1)
+    assert not simulate.fifo_pulls(real, 2)
+    assert period("bsp-ps", toy(), real) == pytest.approx(8.8, rel=1e-4)
+    # 4 machines (4 servers, one holds the key): 4 + 5 d = 10 s, not 4 + 8 d = 13.6 s
+    assert period("bsp-ps", toy(), tbf, workers=4) == pytest.approx(10.0, rel=1e-4)
+    assert period("bsp-ps", toy(), real, workers=4) == pytest.approx(13.6, rel=1e-4)
+    # explain's what-ifs keep the links' buckets (a link of no per-byte time has nothing to save)
+    ex = simulate.explain("bsp-ps", toy(), tbf, 2, simulate.Options(horovod_cycle_s=0.0))
+    assert ex["period_s"] == pytest.approx(7.6, rel=1e-4) and ex["shares_s"]["bandwidth"] == pytest.approx(3.6, rel=1e-3)
