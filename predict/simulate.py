@@ -518,8 +518,25 @@ class HorovodCycle:
                 groups.append([req])
         for g in groups:
             nbytes = sum(r[0] for r in g)
-            copy_s = 2 * nbytes / GPU_MEM_BPS if len(g) > 1 else 0.0
-            self.comm.send(nbytes, copy_s + sum(r[1] for r in g), lambda g=g: [r[2]() for r in g])
+            self.comm.send(nbytes, copy_s(nbytes, len(g)) + sum(r[1] for r in g), lambda g=g: [r[2]() for r in g])
+
+
+def unpack_s(p: "Plan", profile: Profile) -> float:
+    """Unpacking every fused message of a plan after its all-reduce (`copy_s`)."""
+    return sum(copy_s(sum(profile.tensor_bytes[i] for i in msg), len(msg)) for msg in p.messages)
+
+
+def allreduce_comm(sim: Sim, cluster: Cluster, workers: int, opts: Options):
+    """An A2A method's all-reduces: the stream (`AllReduceComm`), behind Horovod's cycle for the
+    study's stack, whose every A2A method called Horovod (`HorovodCycle`)."""
+    comm = AllReduceComm(sim, cluster, workers, opts.algorithm)
+    return HorovodCycle(sim, comm, opts.horovod_cycle_s) if opts.stack == "study" else comm
+
+
+def copy_s(nbytes: float, tensors: int) -> float:
+    """Packing `tensors` tensors of `nbytes` in all into one buffer, or unpacking it: a read and a
+    write at the GPU's memory bandwidth; none for one tensor (it is sent in place)."""
+    return 2 * nbytes / GPU_MEM_BPS if tensors > 1 else 0.0
 
 
 class PSComm:
@@ -570,12 +587,34 @@ class PSComm:
         for p in parts:
             self._part(p, lambda: tick("pushed", on_pushed), lambda: tick("done", on_done))
 
+    def _stages_s(self, nbytes: float) -> tuple[float, float]:
+        """A partition's reduce and broadcast inside a machine (per-gpu: no node stage)."""
+        if self.per_machine != 1:
+            return 0.0, 0.0
+        c = self.cluster
+        return (c.node_stage_s("reduce", nbytes, self.g, self.algorithm),
+                c.node_stage_s("broadcast", nbytes, self.g, self.algorithm))
+
+    def _sum(self, part, nbytes: float, then) -> None:
+        """The server sums every pusher's push of `part` on the key's engine thread, then `then`."""
+        if not self.summing:
+            return then()
+        k = part.server
+        thread = self.engines[k][self.engine_map[k].thread_of(part.key, nbytes)]
+        sum_s = self.cluster.server_sum_s(nbytes, self.threads)
+        left = [self.pushers]
+
+        def one():
+            left[0] -= 1
+            if left[0] == 0:
+                then()
+        for _ in range(self.pushers):  # one engine message per push (BytePS: SUM_RECV)
+            thread.submit((part.key, sum_s, 0.0, None, one))
+
     def _part(self, part, pushed, done) -> None:
         c, sim = self.cluster, self.sim
         nbytes = part.numel * self.esize
-        node = self.per_machine == 1  # per-gpu: no node stage
-        reduce_s = c.node_stage_s("reduce", nbytes, self.g, self.algorithm) if node else 0.0
-        broadcast_s = c.node_stage_s("broadcast", nbytes, self.g, self.algorithm) if node else 0.0
+        reduce_s, broadcast_s = self._stages_s(nbytes)
 
         def broadcast():
             self.node.submit((broadcast_s, 0.0, None, done))
@@ -594,23 +633,9 @@ class PSComm:
             out = self.server_out[k]
             out.submit((out.timed(self.fan_in * nbytes, inter.time_s(self.fan_in * nbytes)), 0.0, started, None))
 
-        def summed():
-            if not self.summing:
-                return pull()
-            thread = self.engines[k][self.engine_map[k].thread_of(part.key, nbytes)]
-            sum_s = c.server_sum_s(nbytes, self.threads)
-            left = [self.pushers]
-
-            def one():
-                left[0] -= 1
-                if left[0] == 0:
-                    pull()
-            for _ in range(self.pushers):  # one engine message per push (BytePS: SUM_RECV)
-                thread.submit((part.key, sum_s, 0.0, None, one))
-
         def held():
             pushed()
-            summed()
+            self._sum(part, nbytes, pull)
 
         def push_started(now, end):
             into = self.server_in[k]
@@ -637,7 +662,7 @@ def fifo_pulls(cluster: Cluster, workers: int) -> bool:
     return m > 1 and wire is not None and wire.burst_bytes > 0
 
 
-class PSMachines:
+class PSMachines(PSComm):
     """Per-machine PS as `PSComm`, each machine on its own (`fifo_pulls`): its node stage, its
     link directions with their token buckets, its pushes through the servers' downlinks one after
     another, and each server's replies through its uplink one machine after another, in the
@@ -645,24 +670,11 @@ class PSMachines:
 
     def __init__(self, sim: Sim, cluster: Cluster, workers: int, message_numels: list[int], element_size: int,
                  method_cfg: dict, opts: Options, server_schedule: bool):
-        self.sim, self.cluster, self.algorithm = sim, cluster, opts.algorithm
-        self.m, self.g = cluster.nodes(workers)
-        self.S = opts.servers or self.m
-        self.per_machine = self.g if per_gpu(method_cfg, opts) else 1
-        self.parts = plan(message_numels, element_size, int(method_cfg["partition_bytes"]), self.S)
-        self.esize = element_size
+        super().__init__(sim, cluster, workers, message_numels, element_size, method_cfg, opts, server_schedule)
         self.wire: Link = cluster.ps or cluster.inter
         self.node = [Station(sim) for _ in range(self.m)]
         self.up = [Station(sim, bucket=Bucket(self.wire)) for _ in range(self.m)]
         self.down = [Station(sim, bucket=Bucket(self.wire)) for _ in range(self.m)]
-        self.server_in = [Station(sim, bucket=Bucket(self.wire)) for _ in range(self.S)]
-        self.server_out = [Station(sim, bucket=Bucket(self.wire)) for _ in range(self.S)]
-        self.threads = int(method_cfg.get("server_engine_threads", 8))
-        self.engine_map = [EngineMap(self.threads) for _ in range(self.S)]
-        pushers_ = pushers(cluster, workers, method_cfg, opts)
-        self.engines = [[Station(sim, ScheduledQueue(pushers_) if server_schedule else None)
-                         for _ in range(self.threads)] for _ in range(self.S)]
-        self.summing = cluster.server_mem_Bps > 0 or server_schedule
         self.sent = [dict() for _ in range(self.m)]  # machine -> {key: rounds sent}
         self.rounds: dict = {}                       # (key, round) -> [(machine, its reply's callback)]
 
@@ -675,15 +687,13 @@ class PSMachines:
             if left[0] == 0:
                 on_done()
         for part in parts:
-            self._part(machine, part, one)
+            self._machine_part(machine, part, one)
 
-    def _part(self, k: int, part, done) -> None:
-        c, sim, wire = self.cluster, self.sim, self.wire
+    def _machine_part(self, k: int, part, done) -> None:
+        sim, wire = self.sim, self.wire
         nbytes = part.numel * self.esize
         mine = self.per_machine * nbytes
-        node = self.per_machine == 1
-        reduce_s = c.node_stage_s("reduce", nbytes, self.g, self.algorithm) if node else 0.0
-        broadcast_s = c.node_stage_s("broadcast", nbytes, self.g, self.algorithm) if node else 0.0
+        reduce_s, broadcast_s = self._stages_s(nbytes)
         r = self.sent[k].get(part.key, 0)
         self.sent[k][part.key] = r + 1
         s = part.server
@@ -704,20 +714,8 @@ class PSMachines:
         def arrived():
             waiting = self.rounds.setdefault((part.key, r), [])
             waiting.append((k, done))
-            if len(waiting) < self.m:
-                return
-            if not self.summing:
-                return replies()
-            thread = self.engines[s][self.engine_map[s].thread_of(part.key, nbytes)]
-            sum_s = c.server_sum_s(nbytes, self.threads)
-            left = [self.m * self.per_machine]
-
-            def one():
-                left[0] -= 1
-                if left[0] == 0:
-                    replies()
-            for _ in range(self.m * self.per_machine):  # one engine message per push (BytePS: SUM_RECV)
-                thread.submit((part.key, sum_s, 0.0, None, one))
+            if len(waiting) == self.m:
+                self._sum(part, nbytes, replies)
 
         def push_started(now, end):
             into = self.server_in[s]
@@ -743,7 +741,7 @@ def ps_machines_period_s(p: "Plan", profile: Profile, cluster: Cluster, workers:
     numels = [sum(profile.numels[i] for i in msg) for msg in p.messages]
     comm = PSMachines(sim, cluster, workers, numels, profile.element_size, cfg, opts, p.server_schedule)
     tensor_bytes = profile.tensor_bytes
-    unpack = sum(2 * sum(tensor_bytes[i] for i in msg) / GPU_MEM_BPS for msg in p.messages if len(msg) > 1)
+    unpack = unpack_s(p, profile)
     update = sum(profile.update_s)
     starts: list[list[float]] = [[] for _ in range(m)]
 
@@ -761,7 +759,7 @@ def ps_machines_period_s(p: "Plan", profile: Profile, cluster: Cluster, workers:
                 sim.at(max(b_end, sim.now) + unpack + update, iteration, k)
         for g, members in enumerate(p.messages):
             launch = b0 + max(profile.ready_s[i] for i in members) if p.eager else b_end
-            pack = 2 * sum(tensor_bytes[i] for i in members) / GPU_MEM_BPS if len(members) > 1 else 0.0
+            pack = copy_s(sum(tensor_bytes[i] for i in members), len(members))
             sim.at(launch + pack, comm.send, k, g, finished)
     for k in range(m):
         sim.at(0.0, iteration, k)
@@ -934,9 +932,7 @@ def simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opts
                 launches.append((cursor, i))
             f0 = b_end
         else:
-            unpack = sum(2 * sum(tensor_bytes[i] for i in msg) / GPU_MEM_BPS
-                         for msg in p.messages if len(msg) > 1)
-            f0 = max(b_end, max(done)) + unpack + sum(profile.update_s)
+            f0 = max(b_end, max(done)) + unpack_s(p, profile) + sum(profile.update_s)
     starts.append(f0)
     return Result(method, workers, starts[-1] - starts[-2], compute_s)
 
@@ -1073,9 +1069,7 @@ def _communicate(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg:
         if p.ps:
             comm = PSComm(sim, cluster, workers, parts, esize, cfg, opts, server_schedule=False)
         else:
-            comm = AllReduceComm(sim, cluster, workers, opts.algorithm)
-            if opts.stack == "study":
-                comm = HorovodCycle(sim, comm, opts.horovod_cycle_s)
+            comm = allreduce_comm(sim, cluster, workers, opts)
 
         def landed(pid):
             i = param_of[pid]
@@ -1112,13 +1106,11 @@ def _communicate(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg:
         comm = PSComm(sim, cluster, workers, [sum(profile.numels[i] for i in m) for m in messages], esize, cfg, opts,
                       p.server_schedule)
     else:
-        comm = AllReduceComm(sim, cluster, workers, opts.algorithm)
-        if opts.stack == "study":  # the study's BSP-A2A, WFBP-A2A and MG-WFBP call Horovod's allreduce_async_
-            comm = HorovodCycle(sim, comm, opts.horovod_cycle_s)
+        comm = allreduce_comm(sim, cluster, workers, opts)
     for g, members in enumerate(messages):
         launch = max(ready[i] for i in members) if p.eager else b_end
         nbytes = sum(profile.numels[i] for i in members) * esize
-        pack = 2 * nbytes / GPU_MEM_BPS if len(members) > 1 else 0.0
+        pack = copy_s(nbytes, len(members))
 
         def finished(members=members):
             for i in members:
