@@ -424,7 +424,8 @@ def _measure_all(a, spec: dict, base: dict, cluster) -> list[dict]:
                                                      "hosts": [h.hostname for h in cluster.hosts]}}
     for mode, backend, device, fallback_from, w in measurements(a):
         print(f"[commbench] {mode}: {backend} on {device}, {w} workers", flush=True)
-        rows = launch(backend, device, w, {**spec, "mode": mode}, a.timeout, cluster)
+        # one_host: every rank a process of this host (ps mode then times the per-machine topology too)
+        rows = launch(backend, device, w, {**spec, "mode": mode, "one_host": cluster is None}, a.timeout, cluster)
         new += keep(a.results, base, rows, mode, backend, fallback_from, where)
     return new
 

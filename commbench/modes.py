@@ -20,6 +20,13 @@ worker-message (`cpu_busy_s`, from /proc/stat between the barriers around the ti
 `cpu_window_s`: every process on the machine, the kernel's networking included, so the machine
 should be otherwise idle), and `cores`. Where workers and servers share one machine's cores (a local run, the emulated cluster),
 that CPU is taken from the workers' compute: the predictor charges it there (network.HostCpu).
+Where every rank is a process of this one host (`spec["one_host"]`: not across emulated hosts or
+Slurm nodes), the same bursts again through the per-machine topology a local run of W workers
+has (methods.ps_node: the W workers one node, its leader pushing once per key): each key's
+reduce inside the node, the leader's control message, push, pull and broadcast, all on this
+machine's cores (`push_pull_node_burst`, `node_workers`). A burst's time per key is the node's
+sustained cost per message, which the predictor's node stage takes where it is the larger
+(network.Cluster.node_ps_s).
 """
 from __future__ import annotations
 
@@ -130,7 +137,7 @@ PS_BURST_BYTES = (256, 65_536)   # the two sizes of a burst's keys: the fit's pe
 def ps(be, spec, emit) -> None:
     import torch.distributed as dist
 
-    from ddlbench.methods import Context, ps_node, ps_zmq
+    from ddlbench.methods import ps_node, ps_zmq
     from ddlbench.trace import NullTracer
 
     W = be.n - 1  # the last rank serves
@@ -138,9 +145,74 @@ def ps(be, spec, emit) -> None:
     layout = ps_node.per_gpu(W, 1, comm_timeout_s=60)  # every worker pushes, one machine each
     if be.rank == W:
         ps_zmq.serve(be.rank, layout, NullTracer())
-        return
-    ctx = Context(rank=be.rank, world=W, device=be.device, tracer=NullTracer(), group=workers,
-                  extra={"comm_timeout_s": 60})
+    else:
+        _ps_rounds_and_bursts(be, spec, emit, workers, layout)
+    if spec.get("one_host") and W >= 2:
+        # every rank builds the node's groups (dist.new_group), the server too
+        node = ps_node.setup({"ps_topology": "per-machine"}, W, 1, W, 60, 600, None)
+        if be.rank == W:
+            ps_zmq.serve(be.rank, node, NullTracer())
+        else:
+            _ps_node_bursts(be, spec, emit, workers, node)
+
+
+def _ps_context(be, workers):
+    from ddlbench.methods import Context
+    from ddlbench.trace import NullTracer
+
+    return Context(rank=be.rank, world=be.n - 1, device=be.device, tracer=NullTracer(), group=workers,
+                   extra={"comm_timeout_s": 60})
+
+
+def _ps_report(be, spec, emit, workers, collective: str, wrong: int, times: list[float], nbytes: int,
+               **extra) -> None:
+    """One ps row: the elements wrong on all workers, the slowest worker's mean time."""
+    import torch.distributed as dist
+
+    W = be.n - 1
+    wrong = torch.tensor([wrong])
+    dist.all_reduce(wrong, group=workers)
+    everyone = [None] * W
+    dist.all_gather_object(everyone, times, group=workers)
+    emit({"mode": "ps", "collective": collective, "dtype": "fp32", "device": spec["device"], "workers": W,
+          "servers": 1, "wire": "zmq", "partition_bytes": PS_PARTITION_BYTES, **extra, "wrong": int(wrong.item()),
+          **summarize(max(everyone, key=lambda ts: sum(ts) / len(ts)), nbytes, "push_pull", W)})
+
+
+def _bursts(be, spec, workers, pp, keys_per_size, first_iteration: int):
+    """Every worker pushes each burst's keys back to back and waits for all, at each of
+    PS_BURST_BYTES: yield (key bytes, keys, tensors, times, busy CPU per worker-message fields)."""
+    import torch.distributed as dist
+
+    W = be.n - 1
+    it = first_iteration
+    for nbytes, keys in zip(PS_BURST_BYTES, keys_per_size):
+        xs = [torch.ones(nbytes // 4, device=be.device) for _ in keys]
+        times = []
+        for i in range(spec["warmup"] + spec["iters"]):
+            dist.barrier(group=workers)
+            if i == spec["warmup"]:
+                busy0, window0 = hostcpu.busy_s(), time.perf_counter()
+            t0 = time.perf_counter()
+            for h in [pp.reduce_async(x, iteration=it, tensors=["x"], group=g) for x, g in zip(xs, keys)]:
+                h.wait()
+            it += 1
+            if i >= spec["warmup"]:
+                times.append(time.perf_counter() - t0)
+        dist.barrier(group=workers)  # every worker's last burst is back
+        busy1, window_s = hostcpu.busy_s(), time.perf_counter() - window0
+        cpu = {"cpu_busy_s": (busy1 - busy0) / (spec["iters"] * W * len(keys)), "cpu_window_s": window_s,
+               "cores": hostcpu.cores()} if busy0 is not None else {}
+        yield nbytes, keys, xs, times, cpu
+
+
+def _ps_rounds_and_bursts(be, spec, emit, workers, layout) -> None:
+    import torch.distributed as dist
+
+    from ddlbench.methods import ps_zmq
+
+    W = be.n - 1
+    ctx = _ps_context(be, workers)
     pp = ps_zmq.TRANSPORT(ctx, layout, PS_PARTITION_BYTES)
     todo = [n for n in sizes(spec) if n <= PS_PARTITION_BYTES]  # one partition each: what the fit reads
     bursts = [[len(todo) + j * PS_BURST_KEYS + k for k in range(PS_BURST_KEYS)] for j in range(len(PS_BURST_BYTES))]
@@ -148,14 +220,7 @@ def ps(be, spec, emit) -> None:
     it = 0
 
     def report(collective: str, wrong: int, times: list[float], nbytes: int, **extra) -> None:
-        """One row: the elements wrong on all workers, the slowest worker's mean time."""
-        wrong = torch.tensor([wrong])
-        dist.all_reduce(wrong, group=workers)
-        everyone = [None] * W
-        dist.all_gather_object(everyone, times, group=workers)
-        emit({"mode": "ps", "collective": collective, "dtype": "fp32", "device": spec["device"], "workers": W,
-              "servers": 1, "wire": "zmq", "partition_bytes": PS_PARTITION_BYTES, **extra, "wrong": int(wrong.item()),
-              **summarize(max(everyone, key=lambda ts: sum(ts) / len(ts)), nbytes, "push_pull", W)})
+        _ps_report(be, spec, emit, workers, collective, wrong, times, nbytes, **extra)
 
     for m, nbytes in enumerate(todo):
         x = torch.ones(max(1, nbytes // 4), device=be.device)
@@ -173,24 +238,25 @@ def ps(be, spec, emit) -> None:
         it += 1
         expected = sum(pattern(x.numel(), r, torch.float32, be.device) for r in range(W)) / W
         report("push_pull", int((~torch.isclose(x, expected)).sum().item()), times, x.numel() * 4)
-    for nbytes, keys in zip(PS_BURST_BYTES, bursts):
-        xs = [torch.ones(nbytes // 4, device=be.device) for _ in keys]
-        times = []
-        for i in range(spec["warmup"] + spec["iters"]):
-            dist.barrier(group=workers)
-            if i == spec["warmup"]:
-                busy0, window0 = hostcpu.busy_s(), time.perf_counter()
-            t0 = time.perf_counter()
-            for h in [pp.reduce_async(x, iteration=it, tensors=["x"], group=g) for x, g in zip(xs, keys)]:
-                h.wait()
-            it += 1
-            if i >= spec["warmup"]:
-                times.append(time.perf_counter() - t0)
-        dist.barrier(group=workers)  # every worker's last burst is back
-        busy1, window_s = hostcpu.busy_s(), time.perf_counter() - window0
-        cpu = {"cpu_busy_s": (busy1 - busy0) / (spec["iters"] * W * len(keys)), "cpu_window_s": window_s,
-               "cores": hostcpu.cores()} if busy0 is not None else {}
+    for nbytes, keys, xs, times, cpu in _bursts(be, spec, workers, pp, bursts, it):
         # every key pushed ones by every worker: their average is ones
         report("push_pull_burst", sum(int((x != 1).sum().item()) for x in xs), times, nbytes * len(keys),
                keys=len(keys), key_bytes=nbytes, **cpu)
+    pp.close()
+
+
+def _ps_node_bursts(be, spec, emit, workers, node) -> None:
+    """The bursts through the per-machine topology: the W workers one node (ps_node.NodeLayer
+    around the same wire), its leader the one pusher."""
+    from ddlbench.methods import ps_node, ps_zmq
+
+    W = be.n - 1
+    ctx = _ps_context(be, workers)
+    pp = ps_node.wrap(ctx, ps_zmq.TRANSPORT(ctx, node, PS_PARTITION_BYTES), node)
+    bursts = [[j * PS_BURST_KEYS + k for k in range(PS_BURST_KEYS)] for j in range(len(PS_BURST_BYTES))]
+    pp.prepare([n // 4 for n in PS_BURST_BYTES for _ in range(PS_BURST_KEYS)])
+    for nbytes, keys, xs, times, cpu in _bursts(be, spec, workers, pp, bursts, 0):
+        report_extra = {"keys": len(keys), "key_bytes": nbytes, "node_workers": W, "ps_topology": "per-machine", **cpu}
+        _ps_report(be, spec, emit, workers, "push_pull_node_burst", sum(int((x != 1).sum().item()) for x in xs),
+                   times, nbytes * len(keys), **report_extra)
     pp.close()

@@ -261,6 +261,14 @@ class Cluster:
         measured = self.measured_s(collective, nbytes, g, algorithm)
         return self.intra_reduce_s(nbytes, g) if measured is None else measured
 
+    def node_ps_s(self, nbytes: float, g: int, algorithm: str) -> float | None:
+        """One message of n bytes through per-machine PS's whole path on a node of g workers
+        (the node's reduce, the leader's control message, push, pull and broadcast), sustained
+        in a burst, as make commbench's node bursts timed it on this machine's cores
+        (`measured['node_ps']`, kept in this placement only, for the algorithm the measuring
+        backend ran inside the node); else None."""
+        return self.measured_s("node_ps", nbytes, g, algorithm)
+
     def server_sum_s(self, nbytes: float, threads: int) -> float:
         """One engine thread summing one push of n bytes into the key's sum: reads both, writes
         one (3 n bytes) at its share of the server's memory bandwidth."""
@@ -556,11 +564,12 @@ MEASURED_KEYS = {"all_reduce": "allreduce", "reduce": "reduce", "broadcast": "br
 def _measured(spec, name: str) -> tuple[dict, bool, str]:
     """({collective: {ranks: Link of the whole collective}}, measured on one machine's cores, the
     backend's algorithm) from the `by_ranks:` fits that make commbench wrote under `inter:`
-    (`allreduce:`, `reduce:`, `broadcast:`), else ({}, False, "ring")."""
+    (`allreduce:`, `reduce:`, `broadcast:`, `node_ps:`), else ({}, False, "ring")."""
     spec = spec or {}
     a = spec.get("allreduce") or {}
     measured = {}
-    for collective, key in MEASURED_KEYS.items():
+    # node_ps: make commbench's ps node bursts, the whole per-machine PS path per message at g workers
+    for collective, key in (*MEASURED_KEYS.items(), ("node_ps", "node_ps")):
         by_ranks = {}
         for ranks, fit in ((spec.get(key) or {}).get("by_ranks") or {}).items():
             link = Link(float(fit["alpha_s"]), float(fit["beta_s_per_byte"]))
@@ -667,6 +676,20 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
                                 f"{partition} B partition) t = a + b n, fitted as the simulator's round on 2 "
                                 f"machines and 1 server: t = 2 alpha + 4 n beta")
         out["data_ps"] = {"bytes": ps_sizes, "time_s": ps_times}
+    node = _node_ps_fits(rows) if shared_cores else {}
+    if node:
+        out["inter"]["allreduce"]["one_machine"] = True
+        out["inter"]["node_ps"] = {"by_ranks": {g: {"alpha_s": fa, "beta_s_per_byte": fb}
+                                                for g, (_, _, fa, fb) in node.items()}}
+        out["sources"]["node_ps"] = (
+            f"{source}: commbench's ps node bursts, W workers of this machine as one per-machine PS node "
+            f"(methods.ps_node) and 1 server, each burst's keys pushed back to back; per key t = a + b n "
+            f"(methods.mgwfbp.fit_alpha_beta) at "
+            + "; ".join(f"{g} workers ({fs[0]} and {fs[-1]} B keys: a = {fa:.4g} s, b = {fb:.4g} s/B)"
+                        for g, (fs, _, fa, fb) in node.items())
+            + "; the node stage of per-machine PS in runs with that many workers on this machine's cores "
+              "takes at least this per message (simulate.PSComm)")
+        out["data_node_ps"] = {g: {"bytes": fs, "time_s": ft} for g, (fs, ft, _, _) in node.items()}
     cpu = _host_cpu_fit(rows) if shared_cores else None
     if cpu is not None:
         out["host_cpu"], sizes_cpu, busy = cpu
@@ -750,6 +773,25 @@ def _host_cpu_fit(rows: list[dict]):
     per_message = max(0.0, busy[0] - slope * sizes[0])
     return {"cores": min(int(r["cores"]) for r in bursts), "s_per_message": per_message, "s_per_byte": slope}, \
         sizes, busy
+
+
+def _node_ps_fits(rows: list[dict]) -> dict:
+    """{node workers: (key sizes, time per key, a, b)} from commbench's ps node bursts on the CPU
+    (`push_pull_node_burst`: a burst's wall time over its keys, the median over repeated records
+    at each key size; t = a + b n by methods.mgwfbp.fit_alpha_beta), for every node size with two
+    key sizes or more."""
+    from ddlbench.methods.mgwfbp import fit_alpha_beta
+
+    bursts = [r for r in rows if r.get("mode") == "ps" and r.get("collective") == "push_pull_node_burst"
+              and r.get("device") == "cpu" and r.get("time_us") and r.get("keys")
+              and not r.get("wrong") and "error" not in r]
+    out = {}
+    for g in sorted({int(r["node_workers"]) for r in bursts}):
+        sizes, times = _medians_by_size([(r["key_bytes"], float(r["time_us"]) * 1e-6 / int(r["keys"]))
+                                         for r in bursts if int(r["node_workers"]) == g])
+        if len(sizes) >= 2:
+            out[g] = (sizes, times, *fit_alpha_beta(sizes, times))
+    return out
 
 
 def _medians_by_size(pairs) -> tuple[list[int], list[float]]:

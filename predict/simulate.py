@@ -67,6 +67,10 @@ but for PS on the emulated cluster's links, below):
   takes m x (the messages' CPU per machine) / cores longer (`host_cpu_s`), gradients appearing
   proportionally later. The last message's round is still timed whole after backward (the PS
   link's alpha and beta, measured on the same cores): its CPU counts twice;
+- a per-machine PS node of several workers on one machine's cores (a local run): its stage per
+  message is at least what make commbench's node bursts took per key (`Cluster.node_ps_s`: the
+  node's reduce, the leader's control message, push, pull and broadcast, as the runtime's
+  NodeLayer runs them), not only the bare reduce and broadcast;
 - the emulated cluster's links are tc token buckets (`Link.burst_bytes`, launch.netns): each
   link direction passes what finds tokens at once and the rest at the rate, tokens coming back
   between transfers (`Bucket`; modelled for the ring over one-worker machines and for PS links).
@@ -588,12 +592,21 @@ class PSComm:
             self._part(p, lambda: tick("pushed", on_pushed), lambda: tick("done", on_done))
 
     def _stages_s(self, nbytes: float) -> tuple[float, float]:
-        """A partition's reduce and broadcast inside a machine (per-gpu: no node stage)."""
+        """A partition's reduce and broadcast inside a machine (per-gpu: no node stage). Where
+        make commbench timed the node's whole path in bursts on this machine's cores
+        (`Cluster.node_ps_s`: the control message and every process's CPU per message included)
+        and it is the slower, the two stretch to it in proportion: the node's sustained
+        throughput is the burst's."""
         if self.per_machine != 1:
             return 0.0, 0.0
         c = self.cluster
-        return (c.node_stage_s("reduce", nbytes, self.g, self.algorithm),
-                c.node_stage_s("broadcast", nbytes, self.g, self.algorithm))
+        reduce_s = c.node_stage_s("reduce", nbytes, self.g, self.algorithm)
+        broadcast_s = c.node_stage_s("broadcast", nbytes, self.g, self.algorithm)
+        whole = c.node_ps_s(nbytes, self.g, self.algorithm)
+        if whole is not None and whole > reduce_s + broadcast_s > 0:
+            k = whole / (reduce_s + broadcast_s)
+            return reduce_s * k, broadcast_s * k
+        return reduce_s, broadcast_s
 
     def _sum(self, part, nbytes: float, then) -> None:
         """The server sums every pusher's push of `part` on the key's engine thread, then `then`."""

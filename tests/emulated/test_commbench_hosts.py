@@ -45,6 +45,8 @@ def test_commbench_ps_mode_across_hosts_puts_the_server_on_a_host_of_its_own(emu
     assert proc.returncode == 0, proc.stderr[-2000:]
     rows = [r for r in records(tmp_path) if r.get("collective") == "push_pull"]
     assert rows and all(r["wrong"] == 0 and r["network"]["emulated"] for r in rows)
+    # one worker a host: no node of several workers to time per-machine PS on
+    assert not [r for r in records(tmp_path) if r.get("collective") == "push_pull_node_burst"]
     big = max(rows, key=lambda r: r["bytes"])
     # the buckets (128 KiB per link direction) refill between the push and the pull phases
     assert big["time_us"] * 1e-6 >= 0.8 * (4 * big["bytes"] - 4 * 131072) * 8 / rate_bps, big

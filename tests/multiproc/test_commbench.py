@@ -99,8 +99,12 @@ def test_ps_mode_pushes_and_pulls_through_the_ps_engine_and_fits_the_ps_wire(tmp
     from ddlbench.commbench.modes import PS_BURST_BYTES, PS_BURST_KEYS
 
     bursts = [r for r in rows if r["collective"] == "push_pull_burst"]
-    assert [r["key_bytes"] for r in bursts] == list(PS_BURST_BYTES) and len(rows) == len(rounds) + len(bursts)
-    for r in bursts:
+    # then the same bursts through per-machine PS: the 2 workers one node, its leader the pusher
+    node = [r for r in rows if r["collective"] == "push_pull_node_burst"]
+    assert [r["key_bytes"] for r in bursts] == [r["key_bytes"] for r in node] == list(PS_BURST_BYTES)
+    assert len(rows) == len(rounds) + len(bursts) + len(node)
+    assert all(r["node_workers"] == 2 and r["ps_topology"] == "per-machine" for r in node)
+    for r in bursts + node:
         assert r["keys"] == PS_BURST_KEYS and r["cores"] == hostcpu.cores() and r["bytes"] == 32 * r["key_bytes"]
         # not idle (3 processes exchanging messages), and at most every core over the window
         # (/proc/stat counts whole 10 ms ticks on each core)
@@ -111,6 +115,8 @@ def test_ps_mode_pushes_and_pulls_through_the_ps_engine_and_fits_the_ps_wire(tmp
     spec = network.commbench_network(sizes + rows, "x", "test")
     assert spec["ps"]["alpha_s"] > 0 and spec["ps"]["beta_s_per_byte"] >= 0
     assert spec["host_cpu"]["cores"] == hostcpu.cores() and spec["host_cpu"]["s_per_message"] > 0
+    fit = spec["inter"]["node_ps"]["by_ranks"][2]
+    assert fit["alpha_s"] + fit["beta_s_per_byte"] * PS_BURST_BYTES[-1] > 0  # the node's whole path per key
 
 
 def test_slurm_nodes_take_turns_one_rank_each_and_wait_for_node_0(tmp_path):

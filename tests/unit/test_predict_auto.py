@@ -1,4 +1,6 @@
 """METHOD=auto (resolution and the record field), commbench's network fit, the measured profile."""
+from dataclasses import replace
+
 import pytest
 import yaml
 
@@ -262,6 +264,48 @@ def test_commbench_times_the_reduce_and_broadcast_inside_a_ps_machine_and_local_
     assert measured - modelled == pytest.approx(ar + br * n + ab + bb * n - 2 * links.node_stage_s("reduce", n, 4, "ring"))
     what_if = simulate.explain("bsp-ps", prof, here, 4, opts)["shares_s"]
     assert what_if["latency"] >= ar + ab  # explain's latency what-if zeroes the measured a's too
+
+
+def test_commbench_node_bursts_set_a_local_per_machine_ps_nodes_pace(tmp_path):
+    """commbench's ps node bursts time per-machine PS's whole path per message (the node's reduce,
+    the leader's control message, push, pull, broadcast) with W workers of this machine as one
+    node. Where that is slower than the node's reduce and broadcast alone, a local run's node
+    stage stretches to it (by hand below: BSP-PS of one compute-free partition); where it is
+    faster, or in another placement, or for another algorithm, nothing changes."""
+    from ddlbench.predict import simulate
+
+    (ar, br), (ab, bb), n = (5e-3, 3e-9), (1e-3, 1e-9), 1 << 20
+    node = [{**commbench_rows()[0], "collective": c, "workers": 4, "bytes": size, "time_us": (a + b * size) * 1e6}
+            for c, a, b in (("reduce", ar, br), ("broadcast", ab, bb)) for size in (1024, n)]
+    an, bn, keys = 2e-2, 1e-8, 32  # per key: slower than the reduce and broadcast
+    burst = {"mode": "ps", "collective": "push_pull_node_burst", "device": "cpu", "workers": 4, "node_workers": 4,
+             "servers": 1, "keys": keys, "wrong": 0}
+    bursts = [{**burst, "key_bytes": k, "time_us": keys * (an + bn * k) * 1e6} for k in (256, 65536)]
+    bursts += [{**bursts[0], "time_us": 1.0, "wrong": 1}, {**bursts[0], "time_us": 1.0, "device": "cuda"},
+               {**bursts[0], "node_workers": 3}]  # wrong, a GPU's, one size only: no fit
+    spec = network.commbench_network(commbench_rows() + node + bursts, "local-box", "test data")
+    assert spec["inter"]["node_ps"]["by_ranks"] == {4: pytest.approx({"alpha_s": an, "beta_s_per_byte": bn})}
+    assert "ps node bursts" in spec["sources"]["node_ps"] and spec["inter"]["allreduce"]["one_machine"]
+    network.write_config(spec, tmp_path)
+    c = network.load("local-box", tmp_path)
+    here = network.on_one_machine(c, 4)
+    assert here.node_ps_s(n, 4, "ring") == pytest.approx(an + bn * n)
+    assert here.node_ps_s(n, 2, "ring") is None and here.node_ps_s(n, 4, "nccl") is None
+    assert network.with_nodes(c, 4, c.inter, "test").node_ps_s(n, 4, "ring") is None  # another placement
+    prof = Profile("toy", 1, ["p"], [n // 4], 4, ["p"], [0.0], [0.0], 0.0, 0.0, [0.0], "test", 1.0)
+    opts = simulate.Options(stack="ddlbench", backend="gloo")
+    without = replace(here, measured={k: v for k, v in here.measured.items() if k != "node_ps"})
+    stretched, stages = (simulate.simulate("bsp-ps", prof, cl, 4, opts).period_s for cl in (here, without))
+    assert stretched - stages == pytest.approx(an + bn * n - (ar + br * n + ab + bb * n))
+    # a node that keeps pace with its reduce and broadcast: they stand
+    fast = replace(here, measured={**here.measured, "node_ps": {4: network.Link(1e-4, 0.0)}})
+    assert simulate.simulate("bsp-ps", prof, fast, 4, opts).period_s == pytest.approx(stages)
+    # measured across nodes (no shared cores): no node bursts kept
+    assert "node_ps" not in network.commbench_network(commbench_rows() + bursts, "slurm-p", "t", shared_cores=False)["inter"]
+    bad = {**spec, "inter": {**spec["inter"], "node_ps": {"by_ranks": {1: {"alpha_s": 1e-3, "beta_s_per_byte": 0.0}}}}}
+    network.write_config(bad, tmp_path)
+    with pytest.raises(ValueError, match="node_ps by_ranks 1"):
+        network.load("local-box", tmp_path)
 
 
 def test_commbench_writes_this_machines_network_under_its_own_name(tmp_path, monkeypatch, capsys):
