@@ -7,7 +7,10 @@ contention, not the network: the record says how many cores there were.
 
 fusion (seed 003): a model's gradients (shapes from the model built on the meta device)
 all-reduced three ways: one call per tensor (all launched, then all waited), fused into one
-flat buffer (copies in and out included), and DDP-style 25 MiB buckets.
+flat buffer (copies in and out included), and DDP-style 25 MiB buckets. Each row also carries
+the machine's busy CPU per worker and round (`cpu_busy_s`, /proc/stat between the barriers
+around the timed rounds, each round's barrier included) and `cores`: what an all-reduce costs
+the cores that a local run's or the emulated cluster's workers share (network.HostCpu.allreduce).
 
 ps: push and pull through this project's parameter-server engine on its default wire
 (methods.ps_zmq: ZeroMQ, as BytePS's ps-lite), the last rank the one server, the others workers
@@ -112,12 +115,21 @@ def fusion(be, spec, emit) -> None:
                 be.sync()
 
             times = []
+            busy0 = window0 = None
             for it in range(spec["fusion_warmup"] + spec["fusion_iters"]):
                 be.barrier()
+                if it == spec["fusion_warmup"]:
+                    busy0, window0 = hostcpu.busy_s(), time.perf_counter()
                 t0 = time.perf_counter()
                 all_reduce_once()
                 if it >= spec["fusion_warmup"]:
                     times.append(time.perf_counter() - t0)
+            be.barrier()  # every worker's last round is done
+            busy1 = hostcpu.busy_s()
+            # the machine's busy CPU per worker and round (each round's barrier included)
+            cpu = {"cpu_busy_s": (busy1 - busy0) / (spec["fusion_iters"] * be.n),
+                   "cpu_window_s": time.perf_counter() - window0, "cores": hostcpu.cores()} \
+                if busy0 is not None and busy1 is not None and spec["fusion_iters"] else {}
             times = be.slowest(times)
             # then one checked round: rank r gives r + 1 everywhere, so every element must sum to n(n+1)/2
             for grad in grads:
@@ -126,7 +138,7 @@ def fusion(be, spec, emit) -> None:
             wrong = sum(int((grad != be.n * (be.n + 1) // 2).sum().item()) for grad in grads)
             emit({"mode": "fusion", "model": model, "strategy": name, "messages": len(groups_), "tensors": len(numels),
                   "collective": "all_reduce", "dtype": "fp32", "device": spec["device"], "workers": be.n,
-                  "wrong": be.total(wrong), **summarize(times, total * 4, "all_reduce", be.n)})
+                  "wrong": be.total(wrong), **cpu, **summarize(times, total * 4, "all_reduce", be.n)})
 
 
 PS_PARTITION_BYTES = 4_096_000  # BytePS's partition, as conf/method/*-ps.yaml

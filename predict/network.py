@@ -105,14 +105,36 @@ class HostCpu:
     """Workers and servers on one machine's `cores` (a local run, the emulated cluster): each PS
     message a worker sends costs the machine `s_per_message + s_per_byte * n` busy CPU seconds
     (the worker's and the server's processes, the kernel's networking), which the workers'
-    compute then lacks. Measured by commbench's ps bursts (hostcpu.busy_s)."""
+    compute then lacks. Measured by commbench's ps bursts (hostcpu.busy_s). Likewise each
+    all-reduce of n bytes costs the machine `allreduce[W]`'s s_per_message + s_per_byte * n per
+    worker at W ranks (Gloo's threads, the kernel's networking), measured by commbench's fusion
+    bursts, and each message through a per-machine PS node of g workers on these cores (its
+    reduce, the leader's push and pull, the server's sum, the broadcast) costs the machine
+    `node_ps[g]`'s, measured by commbench's node bursts; {} where none were."""
 
     cores: int
     s_per_message: float
     s_per_byte: float = 0.0
+    allreduce: dict = field(default_factory=dict)  # ranks -> {"s_per_message", "s_per_byte"}
+    node_ps: dict = field(default_factory=dict)    # node workers -> {"s_per_message", "s_per_byte"}
 
     def message_s(self, nbytes: float) -> float:
         return self.s_per_message + self.s_per_byte * nbytes
+
+    def allreduce_s(self, nbytes: float, ranks: int) -> float | None:
+        """The machine's busy CPU per worker for one all-reduce of n bytes at `ranks` ranks, at
+        the nearest worker count commbench's fusion bursts measured (the lower of two as near);
+        None where none were."""
+        if not self.allreduce:
+            return None
+        fit = self.allreduce[min(self.allreduce, key=lambda w: (abs(w - ranks), w))]
+        return fit["s_per_message"] + fit["s_per_byte"] * nbytes
+
+    def node_message_s(self, nbytes: float, g: int) -> float | None:
+        """The machine's busy CPU for one message of n bytes through a per-machine PS node of g
+        workers, where commbench's node bursts measured that node size; else None."""
+        fit = self.node_ps.get(g)
+        return None if fit is None else fit["s_per_message"] + fit["s_per_byte"] * nbytes
 
 
 @dataclass(frozen=True)
@@ -508,11 +530,7 @@ def load(name: str, directory: Path | None = None) -> Cluster:
         # its own per-message cost and takes the links' rate from the all-reduce (same tc rate)
         ps = replace(ps, beta_s_per_byte=inter.beta_s_per_byte, burst_bytes=burst) if ps is not None else None
         sources["burst"] = f"launch.netns.tbf_burst_bytes: the tbf bucket of every emulated link, {burst:.0f} B"
-    cpu = spec.get("host_cpu")
-    host_cpu = HostCpu(int(cpu["cores"]), float(cpu["s_per_message"]), float(cpu.get("s_per_byte", 0.0))) if cpu else None
-    if host_cpu is not None and (host_cpu.cores < 1 or host_cpu.s_per_message < 0 or host_cpu.s_per_byte < 0):
-        raise ValueError(f"network {name!r}: host_cpu {cpu} is invalid; accepted: cores >= 1, s_per_message and "
-                         f"s_per_byte >= 0")
+    host_cpu = _host_cpu(spec.get("host_cpu"), name)
     measured, one_machine, algorithm = _measured(spec.get("inter"), name)
     lanes = _lane_speed(spec.get("inter"), name)
     if rate_bps is not None:
@@ -584,6 +602,21 @@ def _measured(spec, name: str) -> tuple[dict, bool, str]:
         raise ValueError(f"network {name!r}: allreduce algorithm {algorithm!r} is unknown; accepted: "
                          f"{', '.join(ALGORITHMS)}")
     return measured, bool(a.get("one_machine", False)), algorithm
+
+
+def _host_cpu(cpu, name: str) -> HostCpu | None:
+    """`host_cpu:` as written by make commbench (its `allreduce:` by ranks optional)."""
+    if not cpu:
+        return None
+    per, node = ({int(w): {"s_per_message": float(f["s_per_message"]), "s_per_byte": float(f.get("s_per_byte", 0.0))}
+                  for w, f in (cpu.get(key) or {}).items()} for key in ("allreduce", "node_ps"))
+    host_cpu = HostCpu(int(cpu["cores"]), float(cpu["s_per_message"]), float(cpu.get("s_per_byte", 0.0)), per, node)
+    costs = [host_cpu.s_per_message, host_cpu.s_per_byte] + [v for f in (*per.values(), *node.values())
+                                                             for v in f.values()]
+    if host_cpu.cores < 1 or min(costs) < 0 or min((*per, *node), default=2) < 2:
+        raise ValueError(f"network {name!r}: host_cpu {cpu} is invalid; accepted: cores >= 1, s_per_message and "
+                         f"s_per_byte >= 0 (allreduce and node_ps: at workers >= 2)")
+    return host_cpu
 
 
 def _lane_speed(spec, name: str) -> dict:
@@ -697,6 +730,26 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
                                       f"the machine's busy CPU per worker-message, {busy[0] * 1e3:.3f} and "
                                       f"{busy[-1] * 1e3:.3f} ms, through both points; workers and servers on this "
                                       f"machine's {out['host_cpu']['cores']} cores")
+    node_cpu = _node_ps_cpu_fits(rows) if shared_cores else {}
+    if node_cpu:
+        out.setdefault("host_cpu", {"cores": hostcpu_cores(rows), "s_per_message": 0.0, "s_per_byte": 0.0})
+        out["host_cpu"]["node_ps"] = {g: {"s_per_message": a, "s_per_byte": b} for g, (a, b) in node_cpu.items()}
+        out["sources"]["host_cpu_node_ps"] = (
+            f"{source}: commbench's ps node bursts, the machine's busy CPU per key (per worker-message x the "
+            f"node's workers), through the smallest and the largest key: "
+            + "; ".join(f"{g} workers {a * 1e3:.3f} ms + {b * 1e9:.3f} ns/B" for g, (a, b) in node_cpu.items())
+            + "; what each message of a local per-machine PS run costs the cores its workers compute on")
+    allreduce_cpu = _allreduce_cpu_fits(rows, backend) if shared_cores else {}
+    if allreduce_cpu:
+        out.setdefault("host_cpu", {"cores": hostcpu_cores(rows), "s_per_message": 0.0, "s_per_byte": 0.0})
+        out["host_cpu"]["allreduce"] = {w: {"s_per_message": a, "s_per_byte": b} for w, (a, b, _) in allreduce_cpu.items()}
+        out["sources"]["host_cpu_allreduce"] = (
+            f"{source}: commbench's fusion bursts ({backend} on cpu: each model's gradients all-reduced per tensor, "
+            f"fused, and in 25 MiB buckets), the machine's busy CPU per worker and round, fitted as s_per_message x "
+            f"(messages + 1: the round's barrier) + s_per_byte x bytes by least relative squares over "
+            + "; ".join(f"{w} workers ({n} kinds of round: {a * 1e3:.3f} ms + {b * 1e9:.3f} ns/B)"
+                        for w, (a, b, n) in allreduce_cpu.items())
+            + ("; no ps bursts, so a PS message's CPU is not known (0)" if cpu is None else ""))
     return out
 
 
@@ -775,6 +828,52 @@ def _host_cpu_fit(rows: list[dict]):
         sizes, busy
 
 
+def hostcpu_cores(rows: list[dict]) -> int:
+    """The cores the CPU-measuring rows (fusion and ps bursts) counted (the fewest, if they differ)."""
+    return min(int(r["cores"]) for r in rows if r.get("mode") in ("fusion", "ps") and r.get("cores"))
+
+
+def _allreduce_cpu_fits(rows: list[dict], backend: str) -> dict:
+    """{workers: (s_per_message, s_per_byte, rounds)} from commbench's fusion bursts on the CPU
+    (`cpu_busy_s`: the machine's busy CPU per worker and round): c = a (messages + 1) + b bytes,
+    the + 1 the round's barrier, by least relative squares with a, b >= 0 (the median over
+    repeated records of each model and strategy), for every worker count with two rounds of
+    different shapes or more."""
+    bursts = [r for r in rows if r.get("mode") == "fusion" and r.get("device") == "cpu"
+              and r.get("backend") == backend and r.get("cpu_busy_s") and not r.get("wrong") and "error" not in r]
+    out = {}
+    for w in sorted({int(r["workers"]) for r in bursts}):
+        by_shape: dict[tuple, list[float]] = {}
+        for r in bursts:
+            if int(r["workers"]) == w:
+                by_shape.setdefault((int(r["messages"]) + 1, int(r["bytes"])), []).append(float(r["cpu_busy_s"]))
+        points = [(m, n, statistics.median(c)) for (m, n), c in sorted(by_shape.items())]
+        if len({m / n for m, n, _ in points}) >= 2:
+            out[w] = (*_nonnegative_two_term_fit(points), len(points))
+    return out
+
+
+def _nonnegative_two_term_fit(points) -> tuple[float, float]:
+    """(a, b) >= 0 minimising sum(((a x + b y - c) / c)^2) over (x, y, c) points: weighted least
+    squares (weights 1 / c^2) in two terms without an intercept; with a constraint active, the
+    best fit of the other term alone."""
+    w = [1.0 / c**2 for _, _, c in points]
+    sxx = sum(wi * x * x for wi, (x, _, _) in zip(w, points))
+    syy = sum(wi * y * y for wi, (_, y, _) in zip(w, points))
+    sxy = sum(wi * x * y for wi, (x, y, _) in zip(w, points))
+    sxc = sum(wi * x * c for wi, (x, _, c) in zip(w, points))
+    syc = sum(wi * y * c for wi, (_, y, c) in zip(w, points))
+    det = sxx * syy - sxy * sxy
+    a, b = ((sxc * syy - syc * sxy) / det, (syc * sxx - sxc * sxy) / det) if det else (-1.0, -1.0)
+    if a >= 0 and b >= 0:
+        return a, b
+    only_a, only_b = (sxc / sxx if sxx else 0.0, 0.0), (0.0, syc / syy if syy else 0.0)
+
+    def loss(ab):
+        return sum(wi * (ab[0] * x + ab[1] * y - c) ** 2 for wi, (x, y, c) in zip(w, points))
+    return min((only_a, only_b), key=loss)
+
+
 def _node_ps_fits(rows: list[dict]) -> dict:
     """{node workers: (key sizes, time per key, a, b)} from commbench's ps node bursts on the CPU
     (`push_pull_node_burst`: a burst's wall time over its keys, the median over repeated records
@@ -791,6 +890,24 @@ def _node_ps_fits(rows: list[dict]) -> dict:
                                          for r in bursts if int(r["node_workers"]) == g])
         if len(sizes) >= 2:
             out[g] = (sizes, times, *fit_alpha_beta(sizes, times))
+    return out
+
+
+def _node_ps_cpu_fits(rows: list[dict]) -> dict:
+    """{node workers: (s_per_message, s_per_byte)}: the machine's busy CPU per key of commbench's
+    ps node bursts (`cpu_busy_s` per worker-message x the node's workers; the median over
+    repeated records at each key size), a line through the smallest and the largest key (per-byte
+    cost at least 0), for every node size with two key sizes or more."""
+    bursts = [r for r in rows if r.get("mode") == "ps" and r.get("collective") == "push_pull_node_burst"
+              and r.get("device") == "cpu" and r.get("cpu_busy_s") is not None and r.get("node_workers")
+              and not r.get("wrong") and "error" not in r]
+    out = {}
+    for g in sorted({int(r["node_workers"]) for r in bursts}):
+        sizes, busy = _medians_by_size([(r["key_bytes"], r["cpu_busy_s"] * g) for r in bursts
+                                        if int(r["node_workers"]) == g])
+        if len(sizes) >= 2:
+            slope = max(0.0, (busy[-1] - busy[0]) / (sizes[-1] - sizes[0]))
+            out[g] = (max(0.0, busy[0] - slope * sizes[0]), slope)
     return out
 
 

@@ -66,7 +66,10 @@ but for PS on the emulated cluster's links, below):
   the messages are in flight: where they leave during backward (WFBP, ByteScheduler), backward
   takes m x (the messages' CPU per machine) / cores longer (`host_cpu_s`), gradients appearing
   proportionally later. The last message's round is still timed whole after backward (the PS
-  link's alpha and beta, measured on the same cores): its CPU counts twice;
+  link's alpha and beta, measured on the same cores): its CPU counts twice. All-reduces that
+  leave during backward (WFBP, MG-WFBP, DDP's buckets, ByteScheduler) likewise cost every
+  worker the CPU commbench's fusion bursts measured per all-reduce at the run's worker count
+  (Gloo's threads, the kernel's networking), and backward takes W x that / cores longer;
 - a per-machine PS node of several workers on one machine's cores (a local run): its stage per
   message is at least what make commbench's node bursts took per key (`Cluster.node_ps_s`: the
   node's reduce, the leader's control message, push, pull and broadcast, as the runtime's
@@ -1037,20 +1040,35 @@ def bytescheduler_units(profile: Profile, cfg: dict) -> tuple[list[int], list[in
 
 
 def host_cpu_s(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg: dict, opts: Options) -> float:
-    """The CPU of one iteration's PS messages on a machine whose cores every worker and server
-    share (`Cluster.host_cpu`), as the time the workers' compute waits for it: every pusher's
-    messages (a machine's leader, or every worker per-gpu; each partition one message,
-    `ps.plan`) over the cores. Only for messages
-    that leave during backward (WFBP, ByteScheduler): BSP's leave after it, when no compute needs
-    the cores, and their cost is the PS link's, timed on the same cores. 0 elsewhere."""
+    """The CPU of one iteration's messages on a machine whose cores every worker and server
+    share (`Cluster.host_cpu`), as the time the workers' compute waits for it. PS: every
+    pusher's messages (a machine's leader, or every worker per-gpu; each partition one message,
+    `ps.plan`) over the cores; where commbench's node bursts measured a per-machine node of the
+    run's g workers on these cores, every machine's messages at that node's CPU per message (its
+    reduce and broadcast over the g workers included). All-reduce: every worker's all-reduces (`HostCpu.allreduce_s`, at
+    the run's worker count) over the cores, but those that leave with backward's last gradient,
+    when no compute is left to wait (the PS messages' rule still counts them). Only for messages
+    that leave during backward (WFBP, MG-WFBP, DDP's buckets, ByteScheduler): BSP's leave after
+    it, when no compute needs the cores, and their cost is the link's, timed on the same cores.
+    0 elsewhere."""
     hc = cluster.host_cpu
-    if hc is None or not p.ps or not (p.eager or p.bytescheduler):
+    if hc is None or not (p.eager or p.bytescheduler):
         return 0.0
     numels = bytescheduler_units(profile, cfg)[0] if p.bytescheduler else \
         [sum(profile.numels[i] for i in m) for m in p.messages]
     esize = profile.element_size
-    machines = cluster.nodes(workers)[0]
+    if not p.ps:
+        if workers == 1 or hc.allreduce_s(0, workers) is None:
+            return 0.0
+        # what leaves with backward's last gradient finds no compute left to take the cores from
+        ready = [profile.ready_s[i] for i in bytescheduler_units(profile, cfg)[1]] if p.bytescheduler else \
+            [max(profile.ready_s[i] for i in m) for m in p.messages]
+        last = max(ready)
+        return workers * sum(hc.allreduce_s(n * esize, workers) for n, t in zip(numels, ready) if t < last) / hc.cores
+    machines, g = cluster.nodes(workers)
     parts = plan(numels, esize, int(cfg["partition_bytes"]), opts.servers or machines)
+    if g > 1 and not per_gpu(cfg, opts) and g in hc.node_ps:  # the node's whole path per message, measured
+        return machines * sum(hc.node_message_s(part.numel * esize, g) for ps in parts for part in ps) / hc.cores
     per_pusher = sum(hc.message_s(part.numel * esize) for ps in parts for part in ps)
     return pushers(cluster, workers, cfg, opts) * per_pusher / hc.cores
 

@@ -78,6 +78,8 @@ def test_the_seeds_experiments_groups_and_fusion(tmp_path):
     assert {s for s, _ in fusion} == {"per_tensor", "fused", "buckets_25MiB"}
     assert fusion[("per_tensor", 2)]["messages"] == 29 and fusion[("fused", 2)]["messages"] == 1
     assert all(r["wrong"] == 0 for r in rows)  # each mode ends with one checked round
+    # each fusion round's busy CPU per worker (the predictor's all-reduce CPU on shared cores)
+    assert all(r["cpu_busy_s"] > 0 and r["cores"] >= 1 for r in fusion.values())
     assert "seed 003" in proc.stdout and "seed 002" in proc.stdout
 
 

@@ -280,12 +280,15 @@ def test_commbench_node_bursts_set_a_local_per_machine_ps_nodes_pace(tmp_path):
     an, bn, keys = 2e-2, 1e-8, 32  # per key: slower than the reduce and broadcast
     burst = {"mode": "ps", "collective": "push_pull_node_burst", "device": "cpu", "workers": 4, "node_workers": 4,
              "servers": 1, "keys": keys, "wrong": 0}
-    bursts = [{**burst, "key_bytes": k, "time_us": keys * (an + bn * k) * 1e6} for k in (256, 65536)]
+    ac, bc = 2e-3, 5e-9  # the machine's busy CPU per key: 4 workers' share each
+    bursts = [{**burst, "key_bytes": k, "time_us": keys * (an + bn * k) * 1e6, "cpu_busy_s": (ac + bc * k) / 4, "cores": 2}
+              for k in (256, 65536)]
     bursts += [{**bursts[0], "time_us": 1.0, "wrong": 1}, {**bursts[0], "time_us": 1.0, "device": "cuda"},
                {**bursts[0], "node_workers": 3}]  # wrong, a GPU's, one size only: no fit
     spec = network.commbench_network(commbench_rows() + node + bursts, "local-box", "test data")
     assert spec["inter"]["node_ps"]["by_ranks"] == {4: pytest.approx({"alpha_s": an, "beta_s_per_byte": bn})}
     assert "ps node bursts" in spec["sources"]["node_ps"] and spec["inter"]["allreduce"]["one_machine"]
+    assert spec["host_cpu"]["node_ps"] == {4: pytest.approx({"s_per_message": ac, "s_per_byte": bc})}
     network.write_config(spec, tmp_path)
     c = network.load("local-box", tmp_path)
     here = network.on_one_machine(c, 4)
@@ -297,6 +300,13 @@ def test_commbench_node_bursts_set_a_local_per_machine_ps_nodes_pace(tmp_path):
     without = replace(here, measured={k: v for k, v in here.measured.items() if k != "node_ps"})
     stretched, stages = (simulate.simulate("bsp-ps", prof, cl, 4, opts).period_s for cl in (here, without))
     assert stretched - stages == pytest.approx(an + bn * n - (ar + br * n + ab + bb * n))
+    # WFBP-PS's one message (one partition) costs the machine the node's CPU per key, over its 2 cores;
+    # per-gpu (every worker pushes, no node) it is the ps bursts' (none measured here: 0)
+    cfg = simulate.method_config("wfbp-ps")
+    plan = simulate.plan_for("wfbp-ps", prof, here, 4, opts)
+    assert simulate.host_cpu_s(plan, prof, here, 4, cfg, opts) == pytest.approx((ac + bc * n) / 2)
+    per_gpu = replace(opts, ps_topology="per-gpu")
+    assert simulate.host_cpu_s(simulate.plan_for("wfbp-ps", prof, here, 4, per_gpu), prof, here, 4, cfg, per_gpu) == 0
     # a node that keeps pace with its reduce and broadcast: they stand
     fast = replace(here, measured={**here.measured, "node_ps": {4: network.Link(1e-4, 0.0)}})
     assert simulate.simulate("bsp-ps", prof, fast, 4, opts).period_s == pytest.approx(stages)
@@ -372,6 +382,38 @@ def test_commbench_ps_bursts_fit_the_cpu_a_message_costs_the_shared_machine(tmp_
                                        "host_cpu: {cores: 0, s_per_message: 1.0e-4}\n")
     with pytest.raises(ValueError, match="cores >= 1"):
         network.load("bad", tmp_path)
+
+
+def test_commbench_fusion_bursts_fit_the_cpu_an_all_reduce_costs_the_shared_machine(tmp_path):
+    """commbench's fusion bursts carry the machine's busy CPU per worker and round; at each worker
+    count, a (messages + 1, the round's barrier) + b bytes fits them (by hand: exact points), and
+    the config keeps it beside the PS bursts' host_cpu (none measured here: a PS message 0)."""
+    fits = {2: (4e-4, 1e-9), 4: (9e-4, 2e-9)}
+    rows = [{"mode": "fusion", "collective": "all_reduce", "dtype": "fp32", "device": "cpu", "backend": "gloo",
+             "workers": w, "model": model, "strategy": strategy, "messages": m, "bytes": n, "wrong": 0, "cores": 2,
+             "time_us": 1e4, "cpu_busy_s": a * (m + 1) + b * n}
+            for w, (a, b) in fits.items()
+            for model, tensors, n in (("tiny-resnet", 29, 312_168), ("resnet50", 161, 102_228_128))
+            for strategy, m in (("per_tensor", tensors), ("fused", 1))]
+    rows += [{**rows[0], "cpu_busy_s": 9.0, "wrong": 2}, {**rows[0], "cpu_busy_s": 9.0, "device": "cuda"},
+             {**rows[0], "workers": 3}]  # wrong, a GPU's, one shape only at 3 workers: no fit
+    spec = network.commbench_network(commbench_rows() + rows, "loopback", "test data")
+    assert spec["host_cpu"]["s_per_message"] == 0.0 and spec["host_cpu"]["cores"] == 2
+    assert spec["host_cpu"]["allreduce"] == {w: pytest.approx({"s_per_message": a, "s_per_byte": b})
+                                             for w, (a, b) in fits.items()}
+    assert "fusion bursts" in spec["sources"]["host_cpu_allreduce"]
+    network.write_config(spec, tmp_path)
+    c = network.load("loopback", tmp_path)
+    assert c.host_cpu.allreduce_s(1e6, 4) == pytest.approx(9e-4 + 2e-3)
+    assert network.load("emulated-300mbit", tmp_path).host_cpu == c.host_cpu  # the same machine's cores
+    assert "host_cpu" not in network.commbench_network(commbench_rows() + rows, "slurm-p", "t", shared_cores=False)
+    # a fit a constraint binds: the per-byte term alone where the per-message one would go negative
+    a, b = network._nonnegative_two_term_fit([(1, 1000, 9.9), (50, 1000, 5.0)])  # exact: a = -0.1, b = 0.01
+    assert a == 0.0 and b > 0
+    bad = {**spec, "host_cpu": {**spec["host_cpu"], "allreduce": {2: {"s_per_message": -1.0, "s_per_byte": 0.0}}}}
+    network.write_config(bad, tmp_path)
+    with pytest.raises(ValueError, match="host_cpu"):
+        network.load("loopback", tmp_path)
 
 
 def test_commbench_fit_needs_two_sizes():

@@ -146,6 +146,23 @@ def test_validation_reports_how_far_apart_two_benches_measured_the_same_runs(tmp
     assert dict(apart) == {"wfbp-ps": pytest.approx([0.2, 0.1])}  # ddp: no run in both (1 worker left out)
 
 
+def test_validation_judges_each_run_against_bsp_a2as_at_the_same_workers_too():
+    """benchmarks/predict_validation.py: the ratio of a run's samples/s to BSP-A2A's at the same
+    network and worker count, predicted against measured (by hand), means over repeated runs."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("predict_validation", Path(__file__).parents[2] / "benchmarks"
+                                                  / "predict_validation.py")
+    validation = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(validation)
+    runs = [("bsp-a2a", "n", 2, 200.0, 300.0, ""), ("wfbp-a2a", "n", 2, 130.0, 180.0, ""),
+            ("bsp-a2a", "n", 4, 100.0, 100.0, ""), ("bsp-a2a", "n", 4, 300.0, 300.0, ""),  # means: 200, 200
+            ("ddp", "n", 4, 150.0, 100.0, ""), ("ddp", "m", 4, 1.0, 2.0, "")]  # network m: no BSP-A2A run
+    rel = validation.relative(runs)
+    # wfbp-a2a: 0.65 predicted against 0.6 measured; ddp: 0.75 against 0.5
+    assert dict(rel) == {"wfbp-a2a": [pytest.approx(0.05 / 0.6)], "ddp": [pytest.approx(0.5)]}
+
+
 def test_validation_pools_one_worker_runs_and_calibrates_bytescheduler_from_its_own(tmp_path, monkeypatch):
     """The setup's one-worker throughput is the median over every repeat of the one-worker runs
     of methods that only compute at one worker, on any network; ByteScheduler's machinery comes

@@ -393,6 +393,35 @@ def test_a_token_bucket_link_passes_its_burst_after_idling():
                   algorithm="ring") == pytest.approx(6.0)
 
 
+def test_all_reduces_during_backward_take_the_shared_cores_from_it():
+    """Workers on one machine's 2 cores, each all-reduce 0.5 s of its CPU per worker (commbench's
+    fusion bursts at 2 ranks): the 2 workers' first 2 WFBP-A2A all-reduces (2 s of CPU) make
+    backward 1 s longer, each gradient later in proportion; the last leaves with backward's last
+    gradient, when no compute is left to wait, and BSP's all-reduce leaves after backward."""
+    alone = Cluster("toy", intra=None, inter=Link(0.25, 1.25e-5), gpus_per_node=1)
+    fit = {"s_per_message": 0.5, "s_per_byte": 0.0}
+    shared = replace(alone, host_cpu=HostCpu(cores=2, s_per_message=0.0, allreduce={2: fit}))
+    assert period("wfbp-a2a", toy(), alone) == pytest.approx(5.0)
+    # backward 4 s: p2, p1, p0 ready at 1 + 4/3, 1 + 8/3, 1 + 4; each all-reduce 1 s:
+    # [7/3, 10/3], [11/3, 14/3], [5, 6]
+    assert period("wfbp-a2a", toy(), shared) == pytest.approx(6.0)
+    assert period("bsp-a2a", toy(), shared) == period("bsp-a2a", toy(), alone) == pytest.approx(6.0)
+    # per byte: 40,000 B at 2.5e-5 s/B, 2 all-reduces on each of 2 workers, 2 cores: 2 s; backward
+    # 5 s: [8/3, 11/3], [13/3, 16/3], [6, 7]
+    per_byte = replace(alone, host_cpu=HostCpu(cores=2, s_per_message=0.0,
+                                                allreduce={2: {"s_per_message": 0.0, "s_per_byte": 2.5e-5}}))
+    assert period("wfbp-a2a", toy(), per_byte) == pytest.approx(7.0)
+    # measured at 2 and 4 ranks: each worker count takes its own (3: the lower of the two nearest)
+    both = HostCpu(cores=2, s_per_message=0.0, allreduce={2: fit, 4: {"s_per_message": 0.25, "s_per_byte": 1e-6}})
+    assert both.allreduce_s(40_000, 4) == pytest.approx(0.29) and both.allreduce_s(40_000, 3) == 0.5
+    assert HostCpu(cores=2, s_per_message=0.0).allreduce_s(40_000, 2) is None  # not measured: no cost
+    cfg = simulate.method_config("wfbp-a2a")
+    four = replace(alone, host_cpu=both)
+    plan = simulate.plan_for("wfbp-a2a", toy(), four, 4, simulate.Options())
+    assert simulate.host_cpu_s(plan, toy(), four, 4, cfg, simulate.Options()) == pytest.approx(4 * 2 * 0.29 / 2)
+    assert simulate.explain("wfbp-a2a", toy(), shared, 2)["shares_s"]["cpu"] == pytest.approx(1.0)
+
+
 def test_ps_messages_take_the_shared_cores_from_backward():
     """Workers and servers on one machine's 2 cores, each PS message 0.5 s of its CPU: the 2
     workers' 3 WFBP-PS messages (3 s of CPU) make backward 1.5 s longer, each gradient later in
