@@ -67,13 +67,15 @@ but for PS on the emulated cluster's links, below):
   takes m x (the messages' CPU per machine) / cores longer (`host_cpu_s`), gradients appearing
   proportionally later. The last message's round is still timed whole after backward (the PS
   link's alpha and beta, measured on the same cores): its CPU counts twice. All-reduces that
-  leave during backward (WFBP, MG-WFBP, DDP's buckets, ByteScheduler) likewise cost every
-  worker the CPU commbench's fusion bursts measured per all-reduce at the run's worker count
-  (Gloo's threads, the kernel's networking), and backward takes W x that / cores longer;
+  leave during backward (WFBP, MG-WFBP, DDP's buckets, ByteScheduler), but the one that leaves
+  with its last gradient, likewise cost every worker the CPU commbench's fusion bursts measured
+  per all-reduce at the run's worker count (Gloo's threads, the kernel's networking), and
+  backward takes W x that / cores longer;
 - a per-machine PS node of several workers on one machine's cores (a local run): its stage per
   message is at least what make commbench's node bursts took per key (`Cluster.node_ps_s`: the
   node's reduce, the leader's control message, push, pull and broadcast, as the runtime's
-  NodeLayer runs them), not only the bare reduce and broadcast;
+  NodeLayer runs them), not only the bare reduce and broadcast, and each message costs the
+  machine the CPU those bursts measured per key (`HostCpu.node_ps`), not only the leader's push;
 - the emulated cluster's links are tc token buckets (`Link.burst_bytes`, launch.netns): each
   link direction passes what finds tokens at once and the rest at the rate, tokens coming back
   between transfers (`Bucket`; modelled for the ring over one-worker machines and for PS links).
@@ -1045,9 +1047,10 @@ def host_cpu_s(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg: d
     pusher's messages (a machine's leader, or every worker per-gpu; each partition one message,
     `ps.plan`) over the cores; where commbench's node bursts measured a per-machine node of the
     run's g workers on these cores, every machine's messages at that node's CPU per message (its
-    reduce and broadcast over the g workers included). All-reduce: every worker's all-reduces (`HostCpu.allreduce_s`, at
-    the run's worker count) over the cores, but those that leave with backward's last gradient,
-    when no compute is left to wait (the PS messages' rule still counts them). Only for messages
+    reduce and broadcast over the g workers included). All-reduce: every worker's all-reduces
+    (`HostCpu.allreduce_s`, at the run's worker count) over the cores, but those that leave with
+    backward's last gradient, when no compute is left to wait (the PS messages' rule still
+    counts them). Only for messages
     that leave during backward (WFBP, MG-WFBP, DDP's buckets, ByteScheduler): BSP's leave after
     it, when no compute needs the cores, and their cost is the link's, timed on the same cores.
     0 elsewhere."""
