@@ -838,7 +838,7 @@ def _allreduce_cpu_fits(rows: list[dict], backend: str) -> dict:
     (`cpu_busy_s`: the machine's busy CPU per worker and round): c = a (messages + 1) + b bytes,
     the + 1 the round's barrier, by least relative squares with a, b >= 0 (the median over
     repeated records of each model and strategy), for every worker count with two rounds of
-    different shapes or more."""
+    different shapes or more. A round too short for /proc/stat's ticks reads 0 and is left out."""
     bursts = [r for r in rows if r.get("mode") == "fusion" and r.get("device") == "cpu"
               and r.get("backend") == backend and r.get("cpu_busy_s") and not r.get("wrong") and "error" not in r]
     out = {}
