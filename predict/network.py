@@ -100,6 +100,11 @@ class Link:
         return 8 / self.beta_s_per_byte / 1e9
 
 
+def _cost(fit: dict, nbytes: float) -> float:
+    """A `{s_per_message, s_per_byte}` fit's CPU seconds for one message of n bytes."""
+    return fit["s_per_message"] + fit["s_per_byte"] * nbytes
+
+
 @dataclass(frozen=True)
 class HostCpu:
     """Workers and servers on one machine's `cores` (a local run, the emulated cluster): each PS
@@ -127,14 +132,13 @@ class HostCpu:
         None where none were."""
         if not self.allreduce:
             return None
-        fit = self.allreduce[min(self.allreduce, key=lambda w: (abs(w - ranks), w))]
-        return fit["s_per_message"] + fit["s_per_byte"] * nbytes
+        return _cost(self.allreduce[min(self.allreduce, key=lambda w: (abs(w - ranks), w))], nbytes)
 
     def node_message_s(self, nbytes: float, g: int) -> float | None:
         """The machine's busy CPU for one message of n bytes through a per-machine PS node of g
         workers, where commbench's node bursts measured that node size; else None."""
         fit = self.node_ps.get(g)
-        return None if fit is None else fit["s_per_message"] + fit["s_per_byte"] * nbytes
+        return None if fit is None else _cost(fit, nbytes)
 
 
 @dataclass(frozen=True)
@@ -822,10 +826,16 @@ def _host_cpu_fit(rows: list[dict]):
     if not bursts:
         return None
     sizes, busy = _medians_by_size([(r["key_bytes"], r["cpu_busy_s"]) for r in bursts])
-    slope = max(0.0, (busy[-1] - busy[0]) / (sizes[-1] - sizes[0])) if len(sizes) > 1 else 0.0
-    per_message = max(0.0, busy[0] - slope * sizes[0])
+    per_message, slope = _line_through_ends(sizes, busy)
     return {"cores": min(int(r["cores"]) for r in bursts), "s_per_message": per_message, "s_per_byte": slope}, \
         sizes, busy
+
+
+def _line_through_ends(sizes: list[int], values: list[float]) -> tuple[float, float]:
+    """(a, b), both >= 0, of the line a + b n through the smallest and the largest size's value
+    (b = 0 with one size)."""
+    slope = max(0.0, (values[-1] - values[0]) / (sizes[-1] - sizes[0])) if len(sizes) > 1 else 0.0
+    return max(0.0, values[0] - slope * sizes[0]), slope
 
 
 def hostcpu_cores(rows: list[dict]) -> int:
@@ -881,9 +891,7 @@ def _node_ps_fits(rows: list[dict]) -> dict:
     key sizes or more."""
     from ddlbench.methods.mgwfbp import fit_alpha_beta
 
-    bursts = [r for r in rows if r.get("mode") == "ps" and r.get("collective") == "push_pull_node_burst"
-              and r.get("device") == "cpu" and r.get("time_us") and r.get("keys")
-              and not r.get("wrong") and "error" not in r]
+    bursts = [r for r in _node_bursts(rows) if r.get("time_us") and r.get("keys")]
     out = {}
     for g in sorted({int(r["node_workers"]) for r in bursts}):
         sizes, times = _medians_by_size([(r["key_bytes"], float(r["time_us"]) * 1e-6 / int(r["keys"]))
@@ -898,17 +906,20 @@ def _node_ps_cpu_fits(rows: list[dict]) -> dict:
     ps node bursts (`cpu_busy_s` per worker-message x the node's workers; the median over
     repeated records at each key size), a line through the smallest and the largest key (per-byte
     cost at least 0), for every node size with two key sizes or more."""
-    bursts = [r for r in rows if r.get("mode") == "ps" and r.get("collective") == "push_pull_node_burst"
-              and r.get("device") == "cpu" and r.get("cpu_busy_s") is not None and r.get("node_workers")
-              and not r.get("wrong") and "error" not in r]
+    bursts = [r for r in _node_bursts(rows) if r.get("cpu_busy_s") is not None]
     out = {}
     for g in sorted({int(r["node_workers"]) for r in bursts}):
         sizes, busy = _medians_by_size([(r["key_bytes"], r["cpu_busy_s"] * g) for r in bursts
                                         if int(r["node_workers"]) == g])
         if len(sizes) >= 2:
-            slope = max(0.0, (busy[-1] - busy[0]) / (sizes[-1] - sizes[0]))
-            out[g] = (max(0.0, busy[0] - slope * sizes[0]), slope)
+            out[g] = _line_through_ends(sizes, busy)
     return out
+
+
+def _node_bursts(rows: list[dict]) -> list[dict]:
+    """commbench's ps node bursts on the CPU that came back right."""
+    return [r for r in rows if r.get("mode") == "ps" and r.get("collective") == "push_pull_node_burst"
+            and r.get("device") == "cpu" and r.get("node_workers") and not r.get("wrong") and "error" not in r]
 
 
 def _medians_by_size(pairs) -> tuple[list[int], list[float]]:
