@@ -244,9 +244,10 @@ def launch(backend: str, device: str, workers: int, spec: dict, timeout: float, 
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
         target = ["-m", "ddlbench.commbench.worker", f"{tmp}/spec.json"]
         procs = procs_of(spec["mode"], workers)
+        log = Path(tmp) / "stderr.log"  # the ranks' stderr: its tail goes into a failed job's error
         if cluster is not None:
-            rc = run_jobs(across_hosts(cluster, procs, target, env, cuda=device == "cuda"), timeout)
-            return _rows(spec, rc, backend, workers, timeout, env)
+            rc = run_jobs(across_hosts(cluster, procs, target, env, cuda=device == "cuda"), timeout, log=log)
+            return _rows(spec, rc, backend, workers, timeout, env, log)
         if backend == "mpi4py":
             cmd = [mpiexec(), "-n", str(workers), sys.executable, *target]
         elif backend == "horovod":
@@ -260,16 +261,32 @@ def launch(backend: str, device: str, workers: int, spec: dict, timeout: float, 
             from ddlbench.launch.local import torchrun
 
             cmd = torchrun(procs, target)
-        return _rows(spec, run_jobs([(cmd, env)], timeout), backend, workers, timeout, env)
+        return _rows(spec, run_jobs([(cmd, env)], timeout, log=log), backend, workers, timeout, env, log)
 
 
-def _rows(spec: dict, rc: int | None, backend: str, workers: int, timeout: float, env: dict) -> list[dict]:
+LOG_TAIL_LINES = 20
+
+
+def log_tail(log: Path | None, lines: int = LOG_TAIL_LINES) -> str:
+    """The last `lines` lines of a job's stderr log ('' if there is none)."""
+    if log is None or not log.exists():
+        return ""
+    return "\n".join(log.read_text(errors="replace").rstrip().splitlines()[-lines:])
+
+
+def _rows(spec: dict, rc: int | None, backend: str, workers: int, timeout: float, env: dict,
+          log: Path | None = None) -> list[dict]:
+    """The job's rows; a failed job's one error row carries its ranks' last stderr lines
+    (`stderr_tail`), printed here too, so a failure says why without a rerun."""
     rows = [json.loads(line) for line in Path(spec["out"]).read_text().splitlines()] if Path(spec["out"]).exists() else []
     if rc is None:
         rows = [{"error": f"{backend} x{workers} job timed out after {timeout:g} s (--timeout); every process "
                           "of it was killed"}]
     elif rc != 0 and not rows:
         rows = [{"error": f"{backend} x{workers} job exited with {rc}"}]
+    if rc != 0 and (tail := log_tail(log)):
+        print(f"commbench: {backend} x{workers} job failed; its ranks' last stderr lines:\n{tail}", file=sys.stderr)
+        rows = [{**r, "stderr_tail": tail} if "error" in r else r for r in rows]
     return [{**r, "env": record.env_knobs(env)} for r in rows]  # the knobs this job ran with
 
 
@@ -295,13 +312,16 @@ def across_hosts(cluster, workers: int, target: list[str], env: dict, cuda: bool
             for i, h in enumerate(cluster.hosts[:workers])]
 
 
-def run_jobs(jobs: list[tuple[list[str], dict]], timeout_s: float, keep_stderr: bool = False) -> int | None:
+def run_jobs(jobs: list[tuple[list[str], dict]], timeout_s: float, keep_stderr: bool = False,
+             log: Path | None = None) -> int | None:
     """Run one job's launchers (torchrun, mpiexec or horovodrun and their ranks; one per host
     across emulated hosts), each in a process group of its own; the first non-zero exit code (0
     if none), or None when they ran past `timeout_s`. Whatever ends the wait (the timeout, a
     failed host, Ctrl-C, an error), every group is killed: killing a launcher alone would leave
-    its ranks running, and a host whose peer died would wait for it."""
-    err = None if keep_stderr or sys.stderr.isatty() else subprocess.DEVNULL
+    its ranks running, and a host whose peer died would wait for it. Their stderr: this one's
+    with `keep_stderr` or on a terminal, else appended to `log` (dropped without one)."""
+    sink = open(log, "ab") if log is not None and not (keep_stderr or sys.stderr.isatty()) else None
+    err = None if keep_stderr or sys.stderr.isatty() else (sink or subprocess.DEVNULL)
     procs = []
     deadline = time.monotonic() + timeout_s
     try:
@@ -322,6 +342,8 @@ def run_jobs(jobs: list[tuple[list[str], dict]], timeout_s: float, keep_stderr: 
                 except ProcessLookupError:
                     pass
                 proc.wait()
+        if sink is not None:
+            sink.close()
 
 
 def main(argv=None) -> int:

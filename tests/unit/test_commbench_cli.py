@@ -300,3 +300,25 @@ def test_a_cluster_exported_for_something_else_does_not_stop_other_targets():
     proc = subprocess.run(["make", "-n", "clean"], cwd=repo, capture_output=True, text=True, timeout=60,
                           env={**os.environ, "CLUSTER": "prod"})
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_failed_jobs_error_row_says_why_from_its_ranks_stderr(tmp_path, capsys):
+    """A rank's traceback went to /dev/null: the record said only `job exited with 1` (as CI's
+    intermittent ps-mode failure did). Now the error row and stderr carry its last lines."""
+    import os
+
+    from ddlbench.commbench.cli import LOG_TAIL_LINES, _rows, run_jobs
+
+    log = tmp_path / "stderr.log"
+    script = "for i in $(seq 1 30); do echo noise $i >&2; done; echo 'RuntimeError: the server went away' >&2; exit 3"
+    rc = run_jobs([(["sh", "-c", script], dict(os.environ))], 30.0, log=log)
+    assert rc == 3
+    spec = {"out": str(tmp_path / "rows.jsonl")}
+    (row,) = _rows(spec, rc, "gloo", 2, 30.0, {}, log)
+    assert row["error"] == "gloo x2 job exited with 3"
+    tail = row["stderr_tail"].splitlines()
+    assert len(tail) == LOG_TAIL_LINES and tail[-1] == "RuntimeError: the server went away"
+    assert "the server went away" in capsys.readouterr().err
+    # a job that succeeds keeps its rows as they are, whatever its ranks printed
+    (tmp_path / "rows.jsonl").write_text('{"time_us": 1}\n')
+    assert _rows(spec, 0, "gloo", 2, 30.0, {}, log) == [{"time_us": 1, "env": {}}]
