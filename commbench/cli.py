@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -268,10 +269,21 @@ LOG_TAIL_LINES = 20
 
 
 def log_tail(log: Path | None, lines: int = LOG_TAIL_LINES) -> str:
-    """The last `lines` lines of a job's stderr log ('' if there is none)."""
+    """What a failed job's stderr says: its first Python traceback (the root cause; the
+    launcher's summary and the other ranks' follow it), then its last `lines` lines ('' if
+    there is no log). A `[rankN]:` prefix (torchrun's) does not hide a traceback's end."""
     if log is None or not log.exists():
         return ""
-    return "\n".join(log.read_text(errors="replace").rstrip().splitlines()[-lines:])
+    text = log.read_text(errors="replace").rstrip().splitlines()
+    first = next((i for i, line in enumerate(text) if "Traceback (most recent call last)" in line), None)
+    if first is None:
+        return "\n".join(text[-lines:])
+    bare = [re.sub(r"^\[rank\d+\]: ?", "", line) for line in text]
+    # the traceback ends at its exception's line: the first one after it that is not indented
+    end = next((j for j in range(first + 1, min(first + 80, len(text))) if bare[j][:1] not in (" ", "\t", "")),
+               min(first + 80, len(text)) - 1)
+    rest = text[max(end + 1, len(text) - lines):]
+    return "\n".join(text[first:end + 1] + (["..."] if len(text) - lines > end + 1 else []) + rest)
 
 
 def _rows(spec: dict, rc: int | None, backend: str, workers: int, timeout: float, env: dict,

@@ -219,6 +219,7 @@ class NodeLayer:
     def _issue(self, kind: int, m: int) -> None:
         if kind == REDUCE:
             msg = self._next_submitted(m)
+            msg.stage = "its node reduce issued"
             with self.stager.issue(msg.marker):
                 msg.reduce_us = self._now()
                 work = dist.reduce(msg.flat, dst=self.leader, group=self.groups.data, async_op=True)
@@ -227,12 +228,15 @@ class NodeLayer:
                 self._reduced[m].append(msg)
             if self.is_leader:
                 self.inner.reduce_async(msg.flat, iteration=msg.iteration, tensors=msg.tensors, group=m,
-                                        extra_args=msg.extra_args, on_pushed=msg.on_pushed,
-                                        on_done=lambda: self._ops.put((BROADCAST, m)), after=work)
+                                        extra_args=msg.extra_args, on_pushed=msg.pushed,
+                                        on_done=lambda: (msg.at("pulled from the servers, its node broadcast "
+                                                                "queued"), self._ops.put((BROADCAST, m))),
+                                        after=work)
             self._completions.put(lambda: (ticket(), msg.reduced()))
         else:
             with self._lock:
                 msg = self._reduced[m].popleft()
+            msg.stage = "its node broadcast issued"
             with self.stager.issue():
                 msg.broadcast_us = self._now()
                 work = dist.broadcast(msg.flat, src=self.leader, group=self.groups.data, async_op=True)
@@ -300,6 +304,11 @@ class _Message:
         # was issued (by the dispatcher thread, which a busy host may run later)
         self.submitted_us = layer._now()
         self.reduce_us = self.broadcast_us = 0.0
+        # how far it got, for a timeout's message (the leader decides when each collective runs)
+        self.stage = "submitted, its node reduce not issued yet (waits for the leader's order)"
+
+    def at(self, stage: str) -> None:
+        self.stage = stage
 
     def _trace(self, name: str, t0_us: float) -> None:
         layer = self.layer
@@ -312,8 +321,17 @@ class _Message:
 
     def reduced(self) -> None:
         """The node's sum is at the leader: a follower's contribution is held."""
+        if self.stage == "its node reduce issued":  # (the leader's push may be acknowledged already)
+            self.stage = "node reduce done" + (", pushing to the servers" if self.layer.is_leader else
+                                               ", waiting for the leader's pull")
         self._trace("node_reduce", self.reduce_us)
         if not self.layer.is_leader and self.on_pushed is not None:
+            self.on_pushed()
+
+    def pushed(self) -> None:
+        """The leader's push is held by the servers."""
+        self.stage = "pushed, waiting for the servers' pull"
+        if self.on_pushed is not None:
             self.on_pushed()
 
     def broadcast(self) -> None:
@@ -328,6 +346,7 @@ class _Message:
         layer = self.layer
         timeout = layer.ctx.comm_timeout_s
         if not self.event.wait(timeout) or layer.error is not None:
-            raise RuntimeError(f"node {layer.node} (leader rank {layer.leader}): message {self.m} not averaged "
-                               f"within {timeout} s: {layer.error or 'a peer or server is dead or hung'}")
+            raise RuntimeError(f"node {layer.node} (leader rank {layer.leader}): message {self.m} (iteration "
+                               f"{self.iteration}) not averaged within {timeout} s on rank {layer.ctx.rank}, "
+                               f"{self.stage}: {layer.error or 'a peer or server is dead or hung'}")
 

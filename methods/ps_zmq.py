@@ -29,6 +29,7 @@ import collections
 import fcntl
 import hashlib
 import hmac
+import itertools
 import os
 import queue
 import secrets
@@ -189,6 +190,41 @@ class Gate:
         return None
 
 
+_INPROC = itertools.count()
+
+
+def _inproc(what: str) -> str:
+    """A fresh inproc endpoint name. Not derived from id() or a file descriptor: libzmq
+    unbinds a closed socket's endpoint later, on its reaper thread, so a name reused at once
+    could still be taken."""
+    return f"inproc://ddlbench-{what}-{os.getpid()}-{next(_INPROC)}"
+
+
+def open_dealer(zctx, addr: str, identity: bytes):
+    """A DEALER connected to a server at `addr`, and the PAIR socket that reports its
+    disconnection (poll it; `close_dealer` closes both)."""
+    import zmq
+
+    d = zctx.socket(zmq.DEALER)
+    d.setsockopt(zmq.LINGER, 0)
+    d.setsockopt(zmq.IDENTITY, identity)  # servers know who pushed
+    mon = d.get_monitor_socket(zmq.EVENT_DISCONNECTED, addr=_inproc("monitor"))
+    d.connect(addr)
+    return d, mon
+
+
+def close_dealer(d, mon) -> None:
+    """Stop the monitor before its reader goes. libzmq's I/O thread sends each event to the
+    monitor with a blocking send; once the reading PAIR socket is closed (or garbage-collected
+    while the closed DEALER's connection is still being torn down), the next event, such as the
+    server's disconnection, blocks that thread for good, and with it every socket of the
+    process's context: a later transport's connect never happens (a commbench ps job whose second
+    phase hung for 60 s, about once in 10 runs on a loaded machine)."""
+    d.disable_monitor()  # zmq_socket_monitor(NULL): no event is sent to `mon` from here on
+    mon.close(linger=0)
+    d.close(linger=0)
+
+
 class Mailbox:
     """How other threads hand items to the thread that owns the ZeroMQ sockets: a queue, and an
     inproc PAIR socket that wakes that thread's poller (`rx` goes into its poller)."""
@@ -196,7 +232,7 @@ class Mailbox:
     def __init__(self, zctx):
         import zmq
 
-        addr = f"inproc://ddlbench-mailbox-{id(self)}"
+        addr = _inproc("mailbox")
         self.rx = zctx.socket(zmq.PAIR)
         self.rx.bind(addr)
         self._tx = zctx.socket(zmq.PAIR)
@@ -257,52 +293,52 @@ class ZmqPushPull(PushPull):
     def _io(self) -> None:
         import zmq
 
+        dealers, monitors = [], {}
         try:
-            dealers, monitors = [], {}
             poller = zmq.Poller()
             poller.register(self._mailbox.rx, zmq.POLLIN)
             for s, addr in enumerate(self.server_addrs):
-                d = self._zctx.socket(zmq.DEALER)
-                d.setsockopt(zmq.LINGER, 0)
-                d.setsockopt(zmq.IDENTITY, f"w{self.ctx.rank}".encode())  # servers know who pushed
-                mon = d.get_monitor_socket(zmq.EVENT_DISCONNECTED)
-                d.connect(addr)
+                d, mon = open_dealer(self._zctx, addr, f"w{self.ctx.rank}".encode())
                 dealers.append(d)
                 poller.register(d, zmq.POLLIN)
                 poller.register(mon, zmq.POLLIN)
                 monitors[mon] = s
-            server_of = {d: s for s, d in enumerate(dealers)}
-            stopped: set[int] = set()  # servers that answered our STOP: they close, and that is no error
-            while len(stopped) < self.S:
-                for sock, _ in poller.poll(1000):
-                    if sock is self._mailbox.rx:
-                        for item in self._mailbox.take():
-                            if item is _STOP_ALL:
-                                for d in dealers:
-                                    self._send_now(d, _header(STOP, -1, -1), torch.zeros(1, dtype=torch.uint8))
-                            else:
-                                s, header, payload = item
-                                self._send_now(dealers[s], header, payload)
-                    elif sock in monitors:
-                        sock.recv_multipart()
-                        if monitors[sock] not in stopped:
-                            raise RuntimeError(f"server {monitors[sock]} ({self.server_addrs[monitors[sock]]}) disconnected")
-                    else:
-                        header, payload = sock.recv_multipart(copy=False)
-                        kind, key, _ = _parse(header)
-                        if kind == STOP:
-                            stopped.add(server_of[sock])
-                        elif kind == ACK:
-                            with self._lock:
-                                h = self._pending.get(key)
-                            if h is not None:
-                                h.pushed()
-                        elif kind == PULL:  # staged off this thread (ps_stage)
-                            self._pulled(key, torch.frombuffer(payload.buffer, dtype=self.dtype))
-            for d in dealers:
-                d.close(linger=0)
+            self._serve_dealers(poller, dealers, monitors)
         except BaseException as exc:  # a dead server: fail every waiter instead of hanging
             self.fail(exc)
+        finally:  # whatever ended it: the dealers' monitors stop before their readers close
+            for mon, s in monitors.items():
+                close_dealer(dealers[s], mon)
+
+    def _serve_dealers(self, poller, dealers, monitors) -> None:
+        server_of = {d: s for s, d in enumerate(dealers)}
+        stopped: set[int] = set()  # servers that answered our STOP: they close, and that is no error
+        while len(stopped) < self.S:
+            for sock, _ in poller.poll(1000):
+                if sock is self._mailbox.rx:
+                    for item in self._mailbox.take():
+                        if item is _STOP_ALL:
+                            for d in dealers:
+                                self._send_now(d, _header(STOP, -1, -1), torch.zeros(1, dtype=torch.uint8))
+                        else:
+                            s, header, payload = item
+                            self._send_now(dealers[s], header, payload)
+                elif sock in monitors:
+                    sock.recv_multipart()
+                    if monitors[sock] not in stopped:
+                        raise RuntimeError(f"server {monitors[sock]} ({self.server_addrs[monitors[sock]]}) disconnected")
+                else:
+                    header, payload = sock.recv_multipart(copy=False)
+                    kind, key, _ = _parse(header)
+                    if kind == STOP:
+                        stopped.add(server_of[sock])
+                    elif kind == ACK:
+                        with self._lock:
+                            h = self._pending.get(key)
+                        if h is not None:
+                            h.pushed()
+                    elif kind == PULL:  # staged off this thread (ps_stage)
+                        self._pulled(key, torch.frombuffer(payload.buffer, dtype=self.dtype))
 
     def _send_now(self, dealer, header: bytes, payload: torch.Tensor) -> None:
         data = memoryview(payload.numpy())

@@ -322,3 +322,19 @@ def test_a_failed_jobs_error_row_says_why_from_its_ranks_stderr(tmp_path, capsys
     # a job that succeeds keeps its rows as they are, whatever its ranks printed
     (tmp_path / "rows.jsonl").write_text('{"time_us": 1}\n')
     assert _rows(spec, 0, "gloo", 2, 30.0, {}, log) == [{"time_us": 1, "env": {}}]
+
+
+def test_a_failed_jobs_stderr_tail_starts_with_the_first_traceback(tmp_path):
+    """torchrun's summary of every rank (20+ lines) buried the failing rank's traceback."""
+    from ddlbench.commbench.cli import log_tail
+
+    log = tmp_path / "stderr.log"
+    tb = ["[rank1]: Traceback (most recent call last):", '[rank1]:   File "x.py", line 3, in f',
+          "[rank1]:     raise RuntimeError('nothing from rank 0 within 60 s')",
+          "[rank1]: RuntimeError: nothing from rank 0 within 60 s"]
+    log.write_text("\n".join(["warming up"] + tb + [f"summary {i}" for i in range(40)]) + "\n")
+    lines = log_tail(log, lines=5).splitlines()
+    assert lines[:4] == tb and lines[4] == "..." and lines[5:] == [f"summary {i}" for i in range(35, 40)]
+    log.write_text("no traceback\n" * 3)
+    assert log_tail(log) == "no traceback\nno traceback\nno traceback"
+    assert log_tail(tmp_path / "missing.log") == ""
