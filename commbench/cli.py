@@ -278,10 +278,10 @@ def log_tail(log: Path | None, lines: int = LOG_TAIL_LINES) -> str:
     first = next((i for i, line in enumerate(text) if "Traceback (most recent call last)" in line), None)
     if first is None:
         return "\n".join(text[-lines:])
-    bare = [re.sub(r"^\[rank\d+\]: ?", "", line) for line in text]
     # the traceback ends at its exception's line: the first one after it that is not indented
-    end = next((j for j in range(first + 1, min(first + 80, len(text))) if bare[j][:1] not in (" ", "\t", "")),
-               min(first + 80, len(text)) - 1)
+    last = min(first + 80, len(text)) - 1
+    end = next((j for j in range(first + 1, last + 1)
+                if re.sub(r"^\[rank\d+\]: ?", "", text[j])[:1] not in (" ", "\t", "")), last)
     rest = text[max(end + 1, len(text) - lines):]
     return "\n".join(text[first:end + 1] + (["..."] if len(text) - lines > end + 1 else []) + rest)
 
@@ -332,8 +332,9 @@ def run_jobs(jobs: list[tuple[list[str], dict]], timeout_s: float, keep_stderr: 
     failed host, Ctrl-C, an error), every group is killed: killing a launcher alone would leave
     its ranks running, and a host whose peer died would wait for it. Their stderr: this one's
     with `keep_stderr` or on a terminal, else appended to `log` (dropped without one)."""
-    sink = open(log, "ab") if log is not None and not (keep_stderr or sys.stderr.isatty()) else None
-    err = None if keep_stderr or sys.stderr.isatty() else (sink or subprocess.DEVNULL)
+    shown = keep_stderr or sys.stderr.isatty()
+    sink = open(log, "ab") if log is not None and not shown else None
+    err = None if shown else (sink or subprocess.DEVNULL)
     procs = []
     deadline = time.monotonic() + timeout_s
     try:
