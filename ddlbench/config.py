@@ -326,8 +326,7 @@ def workers_per_node(cfg) -> int:
 
 
 def _check_method(cfg) -> None:
-    from ddlbench.methods import ARCHITECTURES, PS_ENGINES, SCHEDULES
-    from ddlbench.methods.ps_node import TOPOLOGIES
+    from ddlbench.methods import ARCHITECTURES, PS_ENGINES, SCHEDULES, TOPOLOGIES
 
     m = cfg.method
     if m.schedule not in SCHEDULES:

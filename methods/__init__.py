@@ -5,7 +5,18 @@ transport (all-reduce, or push/pull to parameter servers) and the schedule the p
 """
 from __future__ import annotations
 
-from .base import Context, GradSync, control_group  # noqa: F401  (control_group: for launch.worker)
+# What the launcher's own process checks (config.py: every value before anything starts) needs no
+# torch: torch's import costs every launch about 2 s of CPU, so the names that need it load on use.
+_FROM_BASE = ("Context", "GradSync", "control_group")  # control_group: for launch.worker
+TOPOLOGIES = ("per-machine", "per-gpu")  # a PS method's ps_topology (see ps_node)
+
+
+def __getattr__(name: str):
+    if name in _FROM_BASE:
+        from . import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 SCHEDULES = {
     "bsp": "ddlbench.methods.bsp:BSP",
@@ -37,7 +48,7 @@ def schedule_of(method_cfg) -> str:
     return method_cfg.schedule
 
 
-def build(method_cfg, ctx: Context) -> GradSync:
+def build(method_cfg, ctx: "Context") -> "GradSync":
     plugin = plugin_class(schedule_of(method_cfg))
     if method_cfg.schedule in ("ddp", "horovod"):
         return plugin(method_cfg, ctx)

@@ -152,7 +152,7 @@ from ddlbench.methods.bytescheduler import CreditQueue
 from ddlbench.methods.grouped import fuse_by_threshold
 from ddlbench.methods.mgwfbp import bench_sizes, fit_alpha_beta, merge_groups
 from ddlbench.methods.ps import EngineMap, ScheduledQueue, plan
-from ddlbench.methods.ps_node import TOPOLOGIES as PS_TOPOLOGIES
+from ddlbench.methods import TOPOLOGIES as PS_TOPOLOGIES
 
 from .network import ALGORITHMS, GLOO_THREADS, Cluster, Link
 from .profile import GPU_MEM_BPS, Profile

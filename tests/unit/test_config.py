@@ -250,3 +250,20 @@ def test_threads_follow_the_cores_this_process_may_use_not_the_machines(monkeypa
     cfg = config.resolve(config._compose(["workers=2", "launcher.threads_per_worker=3"]))
     assert run_env(cfg, local_procs=2)["OMP_NUM_THREADS"] == "3"
     assert run_env(cfg)["OMP_NUM_THREADS"] == "3"
+
+
+def test_the_launchers_own_process_checks_every_method_without_importing_torch():
+    # Every launch starts the launcher, torchrun and the ranks: torch's import costs each of them
+    # about 2 s of CPU, and the launcher (which only checks, writes and waits) needs none of it.
+    code = """
+import sys
+from ddlbench import cli, launch, record
+from ddlbench.config import choices, preflight
+from ddlbench.launch import local
+preflight(["--multirun", "method=" + ",".join(m for m in choices("method") if m != "horovod"), "workers=4"])
+loaded = sorted(m for m in ("torch", "numpy") if m in sys.modules)
+print("loaded:", ",".join(loaded) or "none")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "loaded: none", out.stdout
