@@ -80,15 +80,19 @@ but for PS on the emulated cluster's links, below):
   link direction passes what finds tokens at once and the rest at the rate, tokens coming back
   between transfers (`Bucket`; modelled for the ring over one-worker machines and for PS links).
 
-- every A2A method, stack "study": its messages go through Horovod 0.19 at its defaults (the
-  study's scripts set none of HOROVOD_CYCLE_TIME, HOROVOD_FUSION_THRESHOLD, HOROVOD_CACHE_CAPACITY):
-  a request waits for the background loop's next cycle (5 ms), and each cycle fuses what is
-  pending into buffers of at most 64 MiB (`HorovodCycle`). ByteScheduler-A2A's partitions
-  through ByteScheduler's Horovod plugin; BSP-A2A, WFBP-A2A and MG-WFBP through the study's
-  own optimizer (its mgwfbp/ folder: `--threshold 536870912`, `--threshold 0`, `--mgwfbp`),
-  which calls Horovod's allreduce_async_ once per group as the group's last gradient appears,
-  so WFBP-A2A's per-tensor requests that appear within one cycle leave fused. The response
-  cache only shortens the negotiation inside a cycle, which is not timed here.
+- every A2A method, stack "study", goes through Horovod 0.19, as the study's scripts set it:
+  - ByteScheduler-A2A (its bytescheduler/ folder: Horovod with ByteScheduler's patch, no
+    HOROVOD_* variable set) at Horovod's defaults: a request waits for the background loop's
+    next cycle (5 ms), and each cycle fuses what is pending into buffers of at most 64 MiB
+    (`HorovodCycle`);
+  - BSP-A2A, WFBP-A2A and MG-WFBP through the study's own optimizer (its mgwfbp/ folder:
+    `--threshold 536870912`, `--threshold 0`, `--mgwfbp`), whose benchmark scripts set
+    HOROVOD_FUSION_THRESHOLD=0, HOROVOD_CYCLE_TIME=0 and HOROVOD_CACHE_CAPACITY=0 before Horovod
+    starts (imagenet_benchmark.py, bert_benchmark.py): it calls allreduce_async_ once per group
+    as the group's last gradient appears, and Horovod sends each request at once, on its own
+    (`allreduce_comm`). So WFBP-A2A is one all-reduce per tensor, the startup-latency problem the
+    study describes ("many small messages need to be transferred"), and MG-WFBP's groups are
+    what its merge rule chose, nothing more.
 
 - ByteScheduler's own machinery in this runtime (stack "ddlbench": its dispatcher and completion
   threads, per-parameter optimizer steps, forward pre-hooks, all under one GIL):
@@ -162,7 +166,8 @@ STACKS = ("study", "ddlbench")
 DDP_FIRST_BUCKET_BYTES = 1 << 20   # torch.distributed's _DEFAULT_FIRST_BUCKET_BYTES
 # Horovod 0.19's defaults (horovod/common/operations.cc, BackgroundThreadLoop:
 # SetCycleTimeMs(5) and SetTensorFusionThresholdBytes(64 * 1024 * 1024) unless the environment
-# overrides them; the study's ByteScheduler-A2A script overrides neither).
+# overrides them; the study's ByteScheduler-A2A script overrides neither, its other A2A scripts
+# set both to 0).
 HOROVOD_CYCLE_S = 0.005
 HOROVOD_FUSION_BYTES = 64 * 1024 * 1024
 ITERATIONS = 3                     # simulated back to back; the last gap is the steady-state period
@@ -315,8 +320,8 @@ class Options:
                                     # method config's (per-machine, as the study ran BytePS)
     stragglers: bool = True         # False: a what-if for `explain`: every worker computes in the mean
                                     # time, none waits for the slowest (`Profile.sync_factor`)
-    horovod_cycle_s: float = HOROVOD_CYCLE_S  # stack study: Horovod's cycle, which every A2A message
-                                    # waits for (`HorovodCycle`); 0: each goes at once
+    horovod_cycle_s: float = HOROVOD_CYCLE_S  # stack study: Horovod's cycle, which ByteScheduler-A2A's
+                                    # messages wait for (`HorovodCycle`); 0: each goes at once
 
     def __post_init__(self):
         if self.stack not in STACKS:
@@ -535,11 +540,13 @@ def unpack_s(p: "Plan", profile: Profile) -> float:
     return sum(copy_s(sum(profile.tensor_bytes[i] for i in msg), len(msg)) for msg in p.messages)
 
 
-def allreduce_comm(sim: Sim, cluster: Cluster, workers: int, opts: Options):
-    """An A2A method's all-reduces: the stream (`AllReduceComm`), behind Horovod's cycle for the
-    study's stack, whose every A2A method called Horovod (`HorovodCycle`)."""
+def allreduce_comm(sim: Sim, cluster: Cluster, workers: int, opts: Options, horovod_defaults: bool = False):
+    """An A2A method's all-reduces: the stream (`AllReduceComm`); for the study's stack, where
+    Horovod ran at its defaults (`horovod_defaults`: ByteScheduler-A2A), behind its cycle and
+    fusion (`HorovodCycle`). The study's other A2A methods set Horovod's cycle and fusion to 0:
+    each request goes at once, alone, as on the stream itself."""
     comm = AllReduceComm(sim, cluster, workers, opts.algorithm)
-    return HorovodCycle(sim, comm, opts.horovod_cycle_s) if opts.stack == "study" else comm
+    return HorovodCycle(sim, comm, opts.horovod_cycle_s) if opts.stack == "study" and horovod_defaults else comm
 
 
 def copy_s(nbytes: float, tensors: int) -> float:
@@ -1103,7 +1110,7 @@ def _communicate(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg:
         if p.ps:
             comm = PSComm(sim, cluster, workers, parts, esize, cfg, opts, server_schedule=False)
         else:
-            comm = allreduce_comm(sim, cluster, workers, opts)
+            comm = allreduce_comm(sim, cluster, workers, opts, horovod_defaults=True)
 
         def landed(pid):
             i = param_of[pid]
