@@ -23,8 +23,8 @@ LABEL = "PREDICTED (performance model, not measured)"
 
 def table(predicted: list[dict]) -> tuple[list, list]:
     header = ["model", "local batch", "network", "method", "workers", "predicted samples/s", "dominant"]
-    rows = [[r["model"], r["local_batch"], r["network"], r["method"], r["workers"], f"{r['samples_per_sec']:.1f}",
-             r.get("dominant", "-")]
+    rows = [[r["model"], r["local_batch"], r["network"], r["method"], r["workers"],
+             f"{r['samples_per_sec']:.1f}" + (" (upper bound)" if r.get("upper_bound") else ""), r.get("dominant", "-")]
             for r in sorted(predicted, key=lambda r: (r["model"], r["network"], method_key(r["method"]), r["workers"]))]
     return header, rows
 

@@ -119,6 +119,7 @@ class Prediction:
     iteration_s: float
     compute_s: float
     explanation: dict | None
+    upper_bound: str | None = None  # why this is a bound, not an estimate (simulate.upper_bound)
 
     def record(self, model: str, local_batch: int, cluster: network.Cluster, prof: profile.Profile,
                opts: simulate.Options) -> dict:
@@ -134,6 +135,8 @@ class Prediction:
         cfg = simulate.method_config(self.method, opts.bytescheduler_ps)
         if cfg["architecture"] == "ps":
             rec["ps_topology"] = "per-gpu" if simulate.per_gpu(cfg, opts) else "per-machine"
+        if self.upper_bound:
+            rec["upper_bound"] = self.upper_bound
         if self.explanation:
             rec["dominant"] = self.explanation["dominant"]
             rec["shares_s"] = self.explanation["shares_s"]
@@ -242,7 +245,8 @@ def predict(model: str, workers: list[int], net: str | network.Cluster, methods=
         for m in methods:
             ex = simulate.explain(m, prof, cluster, w, opts) if explain and w > 1 else None
             period = ex["period_s"] if ex else simulate.simulate(m, prof, cluster, w, opts).period_s
-            out[(m, w)] = Prediction(m, w, w * local_batch / period, period, prof.compute_s, ex)
+            out[(m, w)] = Prediction(m, w, w * local_batch / period, period, prof.compute_s, ex,
+                                     simulate.upper_bound(m, opts))
     return out, prof, cluster
 
 
@@ -288,14 +292,16 @@ def render(preds: dict, model: str, local_batch: int, cluster: network.Cluster, 
         for w in workers:
             p = preds[(m, w)]
             dom = f" ({describe(p.explanation)})" if p.explanation else ""
-            row.append(f"{p.samples_per_sec:.1f}{dom}" + (" *" if m in best[w] else ""))
+            row.append(f"{p.samples_per_sec:.1f}{' ^' if p.upper_bound else ''}{dom}" + (" *" if m in best[w] else ""))
         rows.append(row)
+    bounds = sorted({(m, p.upper_bound) for (m, _), p in preds.items() if p.upper_bound})
     head = (f"PREDICTED, not measured: {model}, local batch {local_batch}, network {cluster.name} "
             f"({cluster.description})\nsamples/s; * = fastest predicted (several: within {TIE_REL:.1%} of the fastest, a tie the "
             f"model does not break); in brackets what dominates the iteration "
             f"(compute, latency, bandwidth, server, cpu, scheduler, stragglers)\nand the largest other cost exposed "
             f"as a share of the iteration\nprofile: {prof.source}")
-    return head + "\n" + markdown(["method"] + [f"{w} workers" for w in workers], rows)
+    foot = "".join(f"\n^ {m}: an upper bound, not an estimate: {why}" for m, why in bounds)
+    return head + "\n" + markdown(["method"] + [f"{w} workers" for w in workers], rows) + foot
 
 
 def main(argv=None) -> int:

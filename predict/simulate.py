@@ -351,6 +351,20 @@ class Options:
                              "per machine); accepted: per-machine, or per-gpu with stack ddlbench")
 
 
+# Costs known to exist and left out of a method's model, which make its prediction an upper bound
+# rather than an estimate (the module's docstring, "Not modelled"); by (stack, method).
+NOT_MODELLED = {
+    ("study", "bytescheduler-a2a"): "the study's ByteScheduler plugin (a busy Python polling thread, per-parameter "
+                                    "Python updates, a lock per parameter before each layer's forward) is not "
+                                    "modelled; no spec, microbenchmark or one-GPU run gives its cost",
+}
+
+
+def upper_bound(method: str, opts: Options) -> str | None:
+    """Why `method`'s prediction is an upper bound under `opts`, or None where it is an estimate."""
+    return NOT_MODELLED.get((opts.stack, method))
+
+
 def per_gpu(cfg: dict, opts: Options) -> bool:
     """Whether every worker pushes (ps_topology=per-gpu), not one per machine after its reduce."""
     return (opts.ps_topology or cfg.get("ps_topology", "per-machine")) == "per-gpu"

@@ -91,6 +91,27 @@ def test_make_predict_contract(tmp_path, monkeypatch, capsys):
     assert {json.loads(x)["algorithm"] for x in (tmp_path / "d" / cli.DEFAULT_FILE).read_text().splitlines()} == {"nccl"}
 
 
+def test_a_prediction_that_leaves_out_a_known_cost_says_it_is_an_upper_bound(tmp_path, capsys):
+    """The study's ByteScheduler-A2A pays its plugin's Python machinery, which the model leaves
+    out: its table cell, a footnote and its record say it is an upper bound. Every other method,
+    and ByteScheduler-A2A on this runtime (its machinery calibrated), is an estimate."""
+    from ddlbench.analysis.predicted import table
+
+    assert cli.main(["--model", "resnet50", "--workers", "4", "--results", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("| bytescheduler-a2a"))
+    assert " ^ " in row and "\n^ bytescheduler-a2a: an upper bound, not an estimate:" in out
+    assert sum(" ^ " in line for line in out.splitlines() if line.startswith("| ")) == 1
+    recs = {r["method"]: r for r in map(json.loads, (tmp_path / cli.DEFAULT_FILE).read_text().splitlines())}
+    assert "ByteScheduler plugin" in recs["bytescheduler-a2a"]["upper_bound"]
+    assert all("upper_bound" not in r for m, r in recs.items() if m != "bytescheduler-a2a")
+    _, rows = table(list(recs.values()))
+    assert [r[3] for r in rows if "(upper bound)" in r[5]] == ["bytescheduler-a2a"]
+    assert cli.main(["--model", "resnet50", "--workers", "4", "--stack", "ddlbench", "--results", str(tmp_path / "d")]) == 0
+    assert "upper bound" not in capsys.readouterr().out
+    assert all("upper_bound" not in json.loads(x) for x in (tmp_path / "d" / cli.DEFAULT_FILE).read_text().splitlines())
+
+
 def test_make_predict_models_per_gpu_ps_on_this_runtime(tmp_path, capsys):
     """PS_TOPOLOGY=per-gpu STACK=ddlbench: every worker pushes (4 a node on 100gbib), so PS
     methods carry 4x a machine's bytes and are predicted slower; the records say which ran;
