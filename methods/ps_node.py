@@ -40,7 +40,6 @@ from .base import start_thread
 from .ps import recv_within
 from .ps_stage import Lane
 
-from . import TOPOLOGIES  # noqa: F401  (defined there, torch-free, for config checks)
 REDUCE, BROADCAST = 0, 1
 STOP = -1
 BATCH = 32  # operations per control message
