@@ -247,22 +247,38 @@ def launch(backend: str, device: str, workers: int, spec: dict, timeout: float, 
         procs = procs_of(spec["mode"], workers)
         log = Path(tmp) / "stderr.log"  # the ranks' stderr: its tail goes into a failed job's error
         if cluster is not None:
-            rc = run_jobs(across_hosts(cluster, procs, target, env, cuda=device == "cuda"), timeout, log=log)
-            return _rows(spec, rc, backend, workers, timeout, env, log)
-        if backend == "mpi4py":
-            cmd = [mpiexec(), "-n", str(workers), sys.executable, *target]
+            jobs = across_hosts(cluster, procs, target, env, cuda=device == "cuda")
+        elif backend == "mpi4py":
+            jobs = [([mpiexec(), "-n", str(workers), sys.executable, *target], env)]
         elif backend == "horovod":
             from ddlbench.engines import unfused_env
             from ddlbench.launch.horovodrun import argv
 
             # one collective per call, as for the methods; HOROVOD_* set by the user win
             env.update({k: v for k, v in unfused_env().items() if k not in os.environ})
-            cmd = argv(workers, None, None) + [sys.executable, *target]
+            jobs = [(argv(workers, None, None) + [sys.executable, *target], env)]
         else:
             from ddlbench.launch.local import torchrun
 
-            cmd = torchrun(procs, target)
-        return _rows(spec, run_jobs([(cmd, env)], timeout, log=log), backend, workers, timeout, env, log)
+            jobs = [(torchrun(procs, target), env)]
+        try:
+            rc = run_jobs(jobs, timeout, log=log)
+        except KeyboardInterrupt as exc:  # the measurements that finished before it, for the caller to keep
+            exc.rows = [{**r, "env": record.env_knobs(env)} for r in job_rows(spec)]
+            raise
+        return _rows(spec, rc, backend, workers, timeout, env, log)
+
+
+def job_rows(spec: dict) -> list[dict]:
+    """The rows rank 0 wrote, a line per measurement as it finished (a line cut short by a kill
+    is left out)."""
+    path, rows = Path(spec["out"]), []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            pass
+    return rows
 
 
 LOG_TAIL_LINES = 20
@@ -288,14 +304,16 @@ def log_tail(log: Path | None, lines: int = LOG_TAIL_LINES) -> str:
 
 def _rows(spec: dict, rc: int | None, backend: str, workers: int, timeout: float, env: dict,
           log: Path | None = None) -> list[dict]:
-    """The job's rows; a failed job's one error row carries its ranks' last stderr lines
-    (`stderr_tail`), printed here too, so a failure says why without a rerun."""
-    rows = [json.loads(line) for line in Path(spec["out"]).read_text().splitlines()] if Path(spec["out"]).exists() else []
+    """The job's rows: the measurements it finished, then, for a failed job, one error row that
+    carries its ranks' last stderr lines (`stderr_tail`), printed here too, so a failure says why
+    without a rerun."""
+    rows = job_rows(spec)
+    done = f" after {len(rows)} measurement(s)" if rows else ""
     if rc is None:
-        rows = [{"error": f"{backend} x{workers} job timed out after {timeout:g} s (--timeout); every process "
-                          "of it was killed"}]
-    elif rc != 0 and not rows:
-        rows = [{"error": f"{backend} x{workers} job exited with {rc}"}]
+        rows.append({"error": f"{backend} x{workers} job timed out after {timeout:g} s (--timeout){done}; every "
+                              "process of it was killed"})
+    elif rc != 0:
+        rows.append({"error": f"{backend} x{workers} job exited with {rc}{done}"})
     if rc != 0 and (tail := log_tail(log)):
         print(f"commbench: {backend} x{workers} job failed; its ranks' last stderr lines:\n{tail}", file=sys.stderr)
         rows = [{**r, "stderr_tail": tail} if "error" in r else r for r in rows]
@@ -330,8 +348,9 @@ def run_jobs(jobs: list[tuple[list[str], dict]], timeout_s: float, keep_stderr: 
     across emulated hosts), each in a process group of its own; the first non-zero exit code (0
     if none), or None when they ran past `timeout_s`. Whatever ends the wait (the timeout, a
     failed host, Ctrl-C, an error), every group is killed: killing a launcher alone would leave
-    its ranks running, and a host whose peer died would wait for it. Their stderr: this one's
-    with `keep_stderr` or on a terminal, else appended to `log` (dropped without one)."""
+    its ranks running, and a host whose peer died would wait for it. Their stdout (rank 0's
+    progress, a line per measurement) is this one's; their stderr: this one's with `keep_stderr`
+    or on a terminal, else appended to `log` (dropped without one)."""
     shown = keep_stderr or sys.stderr.isatty()
     sink = open(log, "ab") if log is not None and not shown else None
     err = None if shown else (sink or subprocess.DEVNULL)
@@ -339,7 +358,7 @@ def run_jobs(jobs: list[tuple[list[str], dict]], timeout_s: float, keep_stderr: 
     deadline = time.monotonic() + timeout_s
     try:
         for cmd, env in jobs:
-            procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, start_new_session=True, stderr=err))
+            procs.append(subprocess.Popen(cmd, env=env, start_new_session=True, stderr=err))
         while None in (codes := [p.poll() for p in procs]):
             if time.monotonic() > deadline:
                 return None
@@ -372,16 +391,25 @@ def main(argv=None) -> int:
             "fusion_models": a.fusion_models.split(","), "fusion_iters": a.fusion_iters, "fusion_warmup": 2}
     from ddlbench.commbench.slurm import StillRunning
 
+    from ddlbench.launch.local import Terminated, terminations
+
     t0 = time.monotonic()
     still_running = None
     try:
-        with _hosts(a) as cluster:
+        # SIGTERM and SIGHUP (timeout, a CI cancel, scancel) end it as Ctrl-C does: the running
+        # job's ranks are killed and the emulated hosts removed on the way out
+        with terminations(), _hosts(a) as cluster:
             new = _measure_all(a, spec, base, cluster)
     except BadInput as exc:
         print(f"commbench: error: {exc}", file=sys.stderr)
         return 2
     except StillRunning as exc:
         new, still_running = exc.rows, exc
+    except KeyboardInterrupt as exc:
+        signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
+        print(f"commbench: stopped by {signal.Signals(signum).name}: every rank was stopped; the measurements that "
+              f"finished are kept under {out_dir}; no network config written", file=sys.stderr)
+        return 128 + signum
     from ddlbench.commbench import report
 
     print(report.render(new))
@@ -460,7 +488,11 @@ def _measure_all(a, spec: dict, base: dict, cluster) -> list[dict]:
     for mode, backend, device, fallback_from, w in measurements(a):
         print(f"[commbench] {mode}: {backend} on {device}, {w} workers", flush=True)
         # one_host: every rank a process of this host (ps mode then times the per-machine topology too)
-        rows = launch(backend, device, w, {**spec, "mode": mode, "one_host": cluster is None}, a.timeout, cluster)
+        try:
+            rows = launch(backend, device, w, {**spec, "mode": mode, "one_host": cluster is None}, a.timeout, cluster)
+        except KeyboardInterrupt as exc:  # a signal: what this job had measured is kept too
+            keep(a.results, base, getattr(exc, "rows", []), mode, backend, fallback_from, where)
+            raise
         new += keep(a.results, base, rows, mode, backend, fallback_from, where)
     return new
 

@@ -224,21 +224,24 @@ def main(spec_path: str) -> None:
     spec = json.load(open(spec_path))
     be = {"mpi4py": Mpi4py, "horovod": Horovod}.get(spec["backend"], Torch)(spec)
     torch.set_num_threads(1)
-    lines = []
+    out = open(spec["out"], "a") if be.rank == 0 else None
 
     def emit(row):
         if be.rank == 0:
-            lines.append(json.dumps(row))
-            sys.stderr.write(f"[commbench {spec['backend']} x{be.n}] {row['collective']} {row['dtype']} "
-                             f"{row.get('bytes', '-')} B: {row.get('time_us', float('nan')):.1f} us"
-                             f"{'  UNSUPPORTED: ' + row['unsupported'] if 'unsupported' in row else ''}\n")
+            # a line per measurement as it finishes: a sweep stopped by a signal keeps what it measured
+            out.write(json.dumps(row) + "\n")
+            out.flush()
+            # progress, on stdout, which commbench passes through: its ranks' stderr goes to a log
+            # where no terminal shows it, and a sweep at 100 Mbit/s runs for many minutes
+            print(f"[commbench {spec['backend']} x{be.n}] {row['collective']} {row['dtype']} "
+                  f"{row.get('bytes', '-')} B: {row.get('time_us', float('nan')):.1f} us"
+                  f"{'  UNSUPPORTED: ' + row['unsupported'] if 'unsupported' in row else ''}", flush=True)
 
     from ddlbench.commbench import modes
 
     {"sizes": sweep, "groups": modes.groups, "fusion": modes.fusion, "ps": modes.ps}[spec["mode"]](be, spec, emit)
-    if be.rank == 0:
-        with open(spec["out"], "w") as f:
-            f.write("\n".join(lines) + ("\n" if lines else ""))
+    if out is not None:
+        out.close()
     be.close()
     sys.stdout.flush()
     sys.stderr.flush()

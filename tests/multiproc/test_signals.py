@@ -4,13 +4,15 @@ worker dies with its torchrun even when nobody is left to stop it."""
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
-from helpers import records
+from helpers import REPO, records
 from test_failures import finish_within, no_worker_left, one_failed_record, start_long_run, worker_pid
 
 pytestmark = pytest.mark.multiproc
@@ -71,3 +73,27 @@ def test_workers_die_with_their_torchrun(tmp_path, no_leftovers):
     assert proc.returncode != 0
     assert "died without a report" in one_failed_record(tmp_path, "torchrun killed", elapsed)["error"]
     assert processes_of(tmp_path) == []
+
+
+def test_a_terminated_commbench_stops_its_ranks_and_keeps_what_it_measured(tmp_path, no_leftovers):
+    """SIGTERM (a CI cancel, timeout) used to kill commbench on the spot: its torchrun and ranks,
+    in sessions of their own, went on measuring, an emulated cluster's namespaces stayed up, and
+    the sizes the job had measured were lost with it."""
+    tmp = tmp_path / "tmp"  # the job's spec and rows: the ranks' command lines name tmp_path
+    tmp.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "ddlbench.commbench", "--results", str(tmp_path), "--network-name",
+                             "none", "--backends", "gloo", "--workers", "2", "--mode", "sizes", "--dtypes", "fp32",
+                             "--max-bytes", "1GiB", "--iters", "20"], cwd=REPO, env=dict(os.environ, TMPDIR=str(tmp)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline, seen = time.monotonic() + 120, ""
+    while "[commbench gloo x2] all_reduce fp32 64 B" not in seen:  # its progress: a few sizes measured
+        assert time.monotonic() < deadline and proc.poll() is None, seen
+        if select.select([proc.stdout], [], [], 1.0)[0]:
+            seen += proc.stdout.readline()
+    proc.send_signal(signal.SIGTERM)
+    finish_within(proc, 60)
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert "stopped by SIGTERM" in proc.stderr.read()
+    assert processes_of(tmp_path) == []  # torchrun and both ranks
+    sizes = {r["bytes"] for r in records(tmp_path)}
+    assert {4, 16, 64} <= sizes and 1 << 30 not in sizes

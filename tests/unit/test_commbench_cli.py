@@ -322,6 +322,12 @@ def test_a_failed_jobs_error_row_says_why_from_its_ranks_stderr(tmp_path, capsys
     # a job that succeeds keeps its rows as they are, whatever its ranks printed
     (tmp_path / "rows.jsonl").write_text('{"time_us": 1}\n')
     assert _rows(spec, 0, "gloo", 2, 30.0, {}, log) == [{"time_us": 1, "env": {}}]
+    # rank 0 writes a line per measurement as it finishes: a job that fails later keeps those and
+    # still says it failed (a line cut short by the kill is left out)
+    (tmp_path / "rows.jsonl").write_text('{"time_us": 1}\n{"time_u')
+    kept, failed = _rows(spec, 3, "gloo", 2, 30.0, {}, log)
+    assert kept == {"time_us": 1, "env": {}}
+    assert failed["error"] == "gloo x2 job exited with 3 after 1 measurement(s)" and "stderr_tail" in failed
 
 
 def test_a_failed_jobs_stderr_tail_starts_with_the_first_traceback(tmp_path):
