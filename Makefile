@@ -239,6 +239,8 @@ bench-local: install
 # written as conf/network/slurm-<PARTITION>.yaml (NETWORK=slurm-<PARTITION> for make predict).
 # It needs as many nodes as the largest measurement has ranks (the default WORKERS=3 with the groups
 # and ps modes: 4; WORKERS=2 CB_MODE=sizes: 2). TIME_MIN=<minutes> (60), SBATCH='account=p qos=q'.
+# A size whose calls are slow gets fewer than ITERS (100) timed calls, about SECONDS_PER_SIZE (2) s
+# of them, at least 3 (SECONDS_PER_SIZE=0: always ITERS).
 CB_WORKERS  := $(if $(filter command line,$(origin WORKERS)),$(WORKERS),3)
 BACKENDS    ?= auto
 COLLECTIVES ?= all_reduce
@@ -249,7 +251,8 @@ FUSION_MODELS ?= resnet50,bert-base
 DEVICES     ?= cpu
 commbench: install
 	$(PY) -m ddlbench.commbench --workers $(CB_WORKERS) --backends $(BACKENDS) --collectives $(COLLECTIVES) \
-		--dtypes $(DTYPES) --devices $(DEVICES) --max-bytes $(MAX_BYTES) $(if $(ITERS),--iters $(ITERS)) --mode $(CB_MODE) --results $(RESULTS) \
+		--dtypes $(DTYPES) --devices $(DEVICES) --max-bytes $(MAX_BYTES) $(if $(ITERS),--iters $(ITERS)) \
+		$(if $(SECONDS_PER_SIZE),--seconds-per-size $(SECONDS_PER_SIZE)) --mode $(CB_MODE) --results $(RESULTS) \
 		--fusion-models $(FUSION_MODELS) \
 		$(if $(LINK),--link $(LINK)) $(if $(filter slurm,$(CLUSTER)),--slurm $(if $(PARTITION),--partition $(PARTITION)) \
 		$(if $(TIME_MIN),--time-min $(TIME_MIN)) $(foreach o,$(SBATCH),--sbatch $(o)))

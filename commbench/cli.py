@@ -17,6 +17,7 @@ from pathlib import Path
 from ddlbench import record
 from ddlbench.commbench.backends import BACKENDS, mpiexec, why_unavailable
 from ddlbench.commbench.collectives import COLLECTIVES, DTYPES
+from ddlbench.commbench.worker import MIN_ITERS, SECONDS_PER_SIZE
 
 DEVICES = ("cpu", "cuda")
 MODES = ("sizes", "groups", "fusion", "ps")
@@ -62,6 +63,10 @@ def parse(argv) -> argparse.Namespace:
     ap.add_argument("--factor", type=int, default=4, help="size step: 2 or 4")
     ap.add_argument("--iters", type=int, default=100, help="timed iterations per size (at least 1)")
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--seconds-per-size", type=float, default=SECONDS_PER_SIZE,
+                    help=f"sizes mode: fewer calls for a size whose calls are slow, so that its timed calls "
+                         f"take about this long (at least {MIN_ITERS}; default {SECONDS_PER_SIZE:g}; 0: always "
+                         f"--iters)")
     ap.add_argument("--mode", default="sizes,groups,fusion,ps",
                     help=f"comma list of {', '.join(MODES)} (ps: push/pull through ddlbench's PS engine, W workers + 1 server)")
     ap.add_argument("--group-bytes", default="400", help="groups mode: bytes per all-reduce (seed 002: 10x10 fp32)")
@@ -95,6 +100,8 @@ def parse(argv) -> argparse.Namespace:
         raise BadInput(f"factor={a.factor} is invalid; accepted: 2, 4")
     if a.iters < 1 or a.warmup < 0:
         raise BadInput(f"iters={a.iters}, warmup={a.warmup} are invalid; accepted: iters >= 1, warmup >= 0")
+    if not a.seconds_per_size >= 0:
+        raise BadInput(f"seconds-per-size={a.seconds_per_size:g} is invalid; accepted: seconds >= 0 (0: always --iters)")
     if a.fusion_iters < 1:
         raise BadInput(f"fusion-iters={a.fusion_iters} is invalid; accepted: >= 1")
     if not a.timeout > 0:
@@ -387,7 +394,8 @@ def main(argv=None) -> int:
     out_dir = record.records_dir(a.results)
     base = {"started_at": record.now_iso(), "versions": record.versions(), "git_commit": record.git_commit()}
     spec = {"collectives": a.collectives, "dtypes": a.dtypes, "min_bytes": a.min_bytes, "max_bytes": a.max_bytes,
-            "factor": a.factor, "iters": a.iters, "warmup": a.warmup, "group_bytes": a.group_bytes,
+            "factor": a.factor, "iters": a.iters, "warmup": a.warmup, "seconds_per_size": a.seconds_per_size,
+            "group_bytes": a.group_bytes,
             "fusion_models": a.fusion_models.split(","), "fusion_iters": a.fusion_iters, "fusion_warmup": 2}
     from ddlbench.commbench.slurm import StillRunning
 

@@ -23,6 +23,23 @@ from ddlbench import metrics
 from ddlbench.commbench.collectives import COLLECTIVES, DTYPES, result_of
 
 
+SECONDS_PER_SIZE = 2.0  # default --seconds-per-size: about how long a size's timed calls take at most
+MIN_ITERS = 3           # timed calls a size gets however slow its calls are (or --iters, if fewer)
+PROBE_WARMUPS = 2       # warm-ups before the one whose time plans the rest: the first sets connections up
+
+
+def calls_for(call_s: float, spec: dict, done: int) -> tuple[int, int]:
+    """(warm-ups still to make, timed calls) for a size one of whose calls took `call_s`, after
+    `done` warm-ups: --warmup and --iters, but where --iters calls would take longer than
+    --seconds-per-size, as many as fit in it (at least MIN_ITERS), and warm-ups in a quarter of
+    it. On a 100 Mbit/s link a 64 MiB all-reduce takes about 6 s: 105 calls of each large size
+    made one job of make commbench LINK=100mbit outlast its 30-minute timeout."""
+    warm, iters, budget = max(0, spec["warmup"] - done), spec["iters"], spec.get("seconds_per_size", 0)
+    if not budget or call_s <= 0:
+        return warm, iters
+    return min(warm, int(budget / 4 / call_s)), min(iters, max(MIN_ITERS, int(budget / call_s)))
+
+
 def sizes(spec) -> list[int]:
     out, s = [], spec["min_bytes"]
     while s <= spec["max_bytes"]:
@@ -189,18 +206,31 @@ def timed_calls(be, coll, inp, out, iters: int) -> list[float]:
 def measure(be, coll, dtype, nbytes: int, spec) -> dict:
     numel = max(1, nbytes // torch.tensor([], dtype=dtype).element_size())
     inp, out, _ = coll.setup(numel, be.n, be.rank, dtype, be.device)
-    for _ in range(spec["warmup"]):
+    probe = min(spec["warmup"], PROBE_WARMUPS) if spec.get("seconds_per_size") else 0
+    for _ in range(spec["warmup"] if not probe else probe - 1):
+        be.run(coll, inp, out)
+    warm, iters = 0, spec["iters"]
+    if probe:  # the last of the probe's warm-ups, timed, plans the rest (`calls_for`)
+        be.sync()
+        t0 = time.perf_counter()
+        be.run(coll, inp, out)
+        be.sync()
+        warm, iters = calls_for(time.perf_counter() - t0, spec, probe)
+        # rank 0's plan on every rank: each must make the same calls
+        warm, iters = be.total(warm if be.rank == 0 else 0), be.total(iters if be.rank == 0 else 0)
+    for _ in range(warm):
         be.run(coll, inp, out)
     be.sync()
     be.barrier()
-    times = timed_calls(be, coll, inp, out, spec["iters"])
+    times = timed_calls(be, coll, inp, out, iters)
     times = be.slowest(times)
     inp, out, expected = coll.setup(numel, be.n, be.rank, dtype, be.device)
     be.run(coll, inp, out)
     be.sync()
     wrong = 0 if expected is None else int((result_of(coll, inp, out) != expected).sum().item())
     real_bytes = numel * inp.element_size() if coll.name != "all_gather" else out.numel() * out.element_size()
-    return {**summarize(times, real_bytes, coll.name, be.n), "wrong": be.total(wrong)}
+    return {**summarize(times, real_bytes, coll.name, be.n), "warmup": probe + warm if probe else spec["warmup"],
+            "wrong": be.total(wrong)}
 
 
 def sweep(be, spec, emit) -> None:

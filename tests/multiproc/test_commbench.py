@@ -60,6 +60,18 @@ def test_every_collective_is_correct_on_2_and_3_workers(tmp_path, backend):
         assert f"[commbench {backend} x{w}] all_reduce fp32 65536 B:" in proc.stdout, proc.stdout[-2000:]
 
 
+def test_a_slow_size_gets_fewer_calls_on_every_rank(tmp_path):
+    """Rank 0's plan for a size, from its timed warm-up, is every rank's: a rank that made
+    another number of calls would hang the next collective."""
+    proc, rows = commbench(tmp_path, "--backends", "gloo", "--workers", "2", "--dtypes", "fp32", "--max-bytes", "64MiB",
+                           "--iters", "10", "--seconds-per-size", "0.03", "--mode", "sizes")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    by_size = {r["bytes"]: r for r in rows}
+    assert by_size[4]["iters"] == 10 and by_size[4]["warmup"] == 5  # under 3 ms a call: every call asked for
+    assert by_size[64 << 20]["iters"] == 3 and by_size[64 << 20]["warmup"] == 2  # over 10 ms a call: the fewest
+    assert all(r["wrong"] == 0 for r in rows)
+
+
 def test_an_unavailable_backend_falls_back_and_the_record_says_so(tmp_path):
     proc, rows = commbench(tmp_path, "--backends", "ucc", "--workers", "2", "--max-bytes", "16", "--iters", "2",
                            "--mode", "sizes")

@@ -33,6 +33,7 @@ from ddlbench.commbench.cli import BadInput, parse
         (["--mode", "fusion", "--fusion-models", "foo"], ["fusion model 'foo'", "resnet50", "tiny-resnet"]),
         (["--fusion-iters", "0"], ["fusion-iters=0", ">= 1"]),
         (["--timeout", "-5"], ["timeout=-5", "seconds > 0"]),
+        (["--seconds-per-size", "-1"], ["seconds-per-size=-1", "seconds >= 0"]),
     ],
 )
 def test_bad_input_is_a_clear_error(args, words):
@@ -71,31 +72,44 @@ def test_recommendation_merges_sizes_and_never_picks_a_wrong_answer():
     assert "| mpi4py  | 256" in text and "all_reduce, fp32, cpu, 2 workers" in text
 
 
-def test_timed_calls_cover_the_whole_loop_one_time_per_call():
-    """Each call's time runs from the previous call's completion to its own: one time per call,
-    none shorter than the call, and together exactly the loop's span (nccl-tests' block mean)."""
-    import time
+def test_a_slow_size_gets_the_calls_that_fit_its_time_and_a_fast_one_all_of_them():
+    """100 timed calls of 5.8 s (a 64 MiB all-reduce at 100 Mbit/s) made one job of make
+    commbench LINK=100mbit outlast its 30-minute timeout."""
+    from ddlbench.commbench.worker import MIN_ITERS, calls_for
 
+    spec = {"warmup": 5, "iters": 100, "seconds_per_size": 2.0}
+    assert calls_for(0.0005, spec, done=2) == (3, 100)  # fast: every call asked for
+    assert calls_for(0.05, spec, done=2) == (3, 40)     # 40 calls fill 2 s; warm-ups fit in 0.5 s
+    assert calls_for(0.2, spec, done=2) == (2, 10)
+    assert calls_for(5.8, spec, done=2) == (0, MIN_ITERS)  # however slow, a few to average
+    assert calls_for(5.8, {**spec, "iters": 1}, done=2) == (0, 1)  # never more than asked
+    assert calls_for(5.8, {**spec, "seconds_per_size": 0}, done=2) == (3, 100)  # 0: as asked
+
+
+def test_timed_calls_cover_the_whole_loop_one_time_per_call(monkeypatch):
+    """Each call's time runs from the previous call's completion to its own: one time per call,
+    none shorter than the call, and together exactly the loop's span (nccl-tests' block mean).
+    On a fake clock that only the calls advance (the real one made this test fail beside the
+    multiprocess tests: a scheduler slice outside the loop)."""
     import torch
 
-    from ddlbench.commbench.worker import timed_calls
+    from ddlbench.commbench import worker
 
-    calls = []
+    now = [100.0]
+    monkeypatch.setattr(worker.time, "perf_counter", lambda: now[0])
 
     class Sleepy:
         device = torch.device("cpu")
+        calls = 0
 
         def run(self, coll, inp, out):
-            calls.append(time.perf_counter())
-            time.sleep(0.002)
+            self.calls += 1
+            now[0] += 0.002 * self.calls  # call k takes k x 2 ms
 
-    t0 = time.perf_counter()
-    times = timed_calls(Sleepy(), None, None, None, 5)
-    span = time.perf_counter() - t0
-    assert len(times) == len(calls) == 5
-    assert all(t >= 0.002 for t in times)
-    assert span - 0.0015 <= sum(times) <= span  # a dropped call would lose at least 2 ms
-
+    be = Sleepy()
+    times = worker.timed_calls(be, None, None, None, 5)
+    assert be.calls == 5 and times == pytest.approx([0.002 * k for k in range(1, 6)])
+    assert sum(times) == pytest.approx(now[0] - 100.0)  # the whole loop, nothing dropped or counted twice
 
 def test_across_emulated_hosts_auto_means_the_backends_torchrun_starts():
     a = parse(["--link", "1gbit"])
