@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -65,8 +66,8 @@ def parse(argv) -> argparse.Namespace:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--seconds-per-size", type=float, default=SECONDS_PER_SIZE,
                     help=f"sizes mode: fewer calls for a size whose calls are slow, so that its timed calls "
-                         f"take about this long (at least {MIN_ITERS}; default {SECONDS_PER_SIZE:g}; 0: always "
-                         f"--iters)")
+                         f"take about this long (at least {MIN_ITERS}; default {SECONDS_PER_SIZE:g}; 0, or --warmup "
+                         f"0: always --iters), timed on the second of at least two warm-ups")
     ap.add_argument("--mode", default="sizes,groups,fusion,ps",
                     help=f"comma list of {', '.join(MODES)} (ps: push/pull through ddlbench's PS engine, W workers + 1 server)")
     ap.add_argument("--group-bytes", default="400", help="groups mode: bytes per all-reduce (seed 002: 10x10 fp32)")
@@ -269,11 +270,10 @@ def launch(backend: str, device: str, workers: int, spec: dict, timeout: float, 
 
             jobs = [(torchrun(procs, target), env)]
         try:
-            rc = run_jobs(jobs, timeout, log=log)
+            return _rows(spec, run_jobs(jobs, timeout, log=log), backend, workers, timeout, env, log)
         except KeyboardInterrupt as exc:  # the measurements that finished before it, for the caller to keep
             exc.rows = [{**r, "env": record.env_knobs(env)} for r in job_rows(spec)]
             raise
-        return _rows(spec, rc, backend, workers, timeout, env, log)
 
 
 def job_rows(spec: dict) -> list[dict]:
@@ -361,11 +361,12 @@ def run_jobs(jobs: list[tuple[list[str], dict]], timeout_s: float, keep_stderr: 
     shown = keep_stderr or sys.stderr.isatty()
     sink = open(log, "ab") if log is not None and not shown else None
     err = None if shown else (sink or subprocess.DEVNULL)
-    procs = []
+    procs, relays = [], []
     deadline = time.monotonic() + timeout_s
     try:
         for cmd, env in jobs:
-            procs.append(subprocess.Popen(cmd, env=env, start_new_session=True, stderr=err))
+            procs.append(subprocess.Popen(cmd, env=env, start_new_session=True, stderr=err, stdout=subprocess.PIPE))
+            relays.append(relay(procs[-1].stdout))
         while None in (codes := [p.poll() for p in procs]):
             if time.monotonic() > deadline:
                 return None
@@ -381,8 +382,27 @@ def run_jobs(jobs: list[tuple[list[str], dict]], timeout_s: float, keep_stderr: 
                 except ProcessLookupError:
                     pass
                 proc.wait()
+        for thread, pipe in relays:  # a process that outlived its group must not hold our stdout
+            thread.join(timeout=1.0)
+            pipe.close()
         if sink is not None:
             sink.close()
+
+
+def relay(pipe) -> tuple[threading.Thread, object]:
+    """Copy a launcher's stdout (its rank 0's progress) to ours, line by line, on a thread of
+    its own: the ranks never hold this process's stdout, so a caller reading it to its end (a
+    pipe, `| tee`) is not kept waiting by one that outlived the kill of its group."""
+    def copy():
+        try:
+            for line in iter(pipe.readline, b""):
+                sys.stdout.write(line.decode(errors="replace"))
+                sys.stdout.flush()
+        except (OSError, ValueError):  # closed under it by run_jobs
+            pass
+    thread = threading.Thread(target=copy, daemon=True)
+    thread.start()
+    return thread, pipe
 
 
 def main(argv=None) -> int:
@@ -399,7 +419,7 @@ def main(argv=None) -> int:
             "fusion_models": a.fusion_models.split(","), "fusion_iters": a.fusion_iters, "fusion_warmup": 2}
     from ddlbench.commbench.slurm import StillRunning
 
-    from ddlbench.launch.local import Terminated, terminations
+    from ddlbench.launch.local import terminations
 
     t0 = time.monotonic()
     still_running = None
@@ -414,10 +434,11 @@ def main(argv=None) -> int:
     except StillRunning as exc:
         new, still_running = exc.rows, exc
     except KeyboardInterrupt as exc:
-        signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
-        print(f"commbench: stopped by {signal.Signals(signum).name}: every rank was stopped; the measurements that "
-              f"finished are kept under {out_dir}; no network config written", file=sys.stderr)
-        return 128 + signum
+        from ddlbench.commbench.slurm import signal_name
+
+        print(f"commbench: stopped by {signal_name(exc)}: every rank was stopped; the measurements that finished "
+              f"are kept under {out_dir}; no network config written", file=sys.stderr)
+        return 128 + signal.Signals[signal_name(exc)]
     from ddlbench.commbench import report
 
     print(report.render(new))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -63,10 +64,9 @@ def run_node(folder: Path, node: int, hostnames: list[str], job_id: str, jobs: l
     """Run this node's rank of each measurement in `jobs` ({procs, spec, mode, backend,
     fallback_from, workers}) in order. Node 0 then writes the measurement's records under
     common["results"] (with common["base"], and where it ran) and done-<k>.json ({rc, rows})."""
-    from ddlbench.commbench.cli import _rows, keep, run_jobs
+    from ddlbench.commbench.cli import _rows, job_rows, run_jobs
     from ddlbench.launch.local import terminations, torchrun
     from ddlbench.launch.slurm import rendezvous_port
-    from ddlbench.launch.worker import write_json  # whole or absent, for nodes reading a shared filesystem
 
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     with terminations():  # scancel's SIGTERM: run_jobs kills the running torchrun's group on the way out
@@ -81,16 +81,31 @@ def run_node(folder: Path, node: int, hostnames: list[str], job_id: str, jobs: l
             cmd = torchrun(1, ["-m", "ddlbench.commbench.worker", job["spec"]],
                            (f"--nnodes={procs}", f"--node-rank={node}", f"--master-addr={hostnames[0]}",
                             f"--master-port={rendezvous_port(job_id, k)}"))
-            rc = run_jobs([(cmd, env)], timeout_s, keep_stderr=True)  # into the job's log
+            try:
+                rc = run_jobs([(cmd, env)], timeout_s, keep_stderr=True)  # into the job's log
+            except KeyboardInterrupt:  # scancel: node 0 keeps what the measurement had finished
+                if node == 0:
+                    done(folder, k, job, job_rows(json.loads(Path(job["spec"]).read_text())) + [
+                        {"error": f"Slurm job {job_id} cancelled during this measurement"}], 1, common, job_id,
+                         hostnames[:procs])
+                raise
             if node == 0:
                 spec = json.loads(Path(job["spec"]).read_text())
                 rows = _rows(spec, rc, job["backend"], job["workers"], timeout_s, env)
                 if rc:
                     rows = [{**r, "error": f"{r['error']} (each node's stderr: {folder / 'slurm'})"} if "error" in r
                             else r for r in rows]
-                rows = keep(common["results"], common["base"], rows, job["mode"], job["backend"], job["fallback_from"],
-                            where(job_id, common["partition"], hostnames[:procs]))
-                write_json(done_path(folder, k), {"rc": rc, "rows": rows})
+                done(folder, k, job, rows, rc, common, job_id, hostnames[:procs])
+
+
+def done(folder: Path, k: int, job: dict, rows: list[dict], rc: int | None, common: dict, job_id: str, hosts) -> None:
+    """Node 0: measurement k's rows as records, and done-<k>.json ({rc, rows}) for the submitter."""
+    from ddlbench.commbench.cli import keep
+    from ddlbench.launch.worker import write_json  # whole or absent, for nodes reading a shared filesystem
+
+    rows = keep(common["results"], common["base"], rows, job["mode"], job["backend"], job["fallback_from"],
+                where(job_id, common["partition"], hosts))
+    write_json(done_path(folder, k), {"rc": rc, "rows": rows})
 
 
 def where(job_id: str, partition: str, hosts) -> dict:
@@ -139,7 +154,7 @@ def submit_and_collect(folder: Path, jobs: list[dict], partition: str, time_min:
                        f"{' '.join(str(exc).split())[-300:]}") from None
     print(f"[commbench] submitted {len(jobs)} measurement(s) as Slurm job {job.job_id} ({nodes} nodes, "
           f"partition {partition}); logs in {folder / 'slurm'}", flush=True)
-    why = None
+    why = interrupted = None
     try:
         follow(job.job_id, "[commbench]")
     except QueueUnreadable as exc:
@@ -148,8 +163,8 @@ def submit_and_collect(folder: Path, jobs: list[dict], partition: str, time_min:
                            f"stopped following Slurm job {job.job_id} with {len(done)} of {len(jobs)} measurements "
                            f"done: {exc}; node 0 records the rest under {common['results']} as they end (folder "
                            f"{folder})") from None
-    except KeyboardInterrupt:
-        why = f"interrupted (Ctrl-C); Slurm job {job.job_id} cancelled"
+    except KeyboardInterrupt as exc:  # follow() has cancelled the job; re-raised once the rows are kept
+        why, interrupted = f"stopped by {signal_name(exc)}; Slurm job {job.job_id} cancelled", exc
     rows = []
     for k, j in enumerate(jobs):
         done = done_rows(folder, k)
@@ -159,4 +174,12 @@ def submit_and_collect(folder: Path, jobs: list[dict], partition: str, time_min:
         why = why or f"Slurm job {job.job_id} ended ({final_state(job.job_id)}) before this measurement ran"
         rows += keep(common["results"], common["base"], [{"error": f"{why}; logs in {folder / 'slurm'}"}],
                      j["mode"], j["backend"], j["fallback_from"], where(job.job_id, partition, []))
+    if interrupted is not None:  # commbench ends as on a local signal: no network from part of the sweep
+        raise interrupted
     return rows
+
+
+def signal_name(exc: KeyboardInterrupt) -> str:
+    from ddlbench.launch.local import Terminated
+
+    return signal.Signals(exc.signum).name if isinstance(exc, Terminated) else "SIGINT"

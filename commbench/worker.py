@@ -206,7 +206,8 @@ def timed_calls(be, coll, inp, out, iters: int) -> list[float]:
 def measure(be, coll, dtype, nbytes: int, spec) -> dict:
     numel = max(1, nbytes // torch.tensor([], dtype=dtype).element_size())
     inp, out, _ = coll.setup(numel, be.n, be.rank, dtype, be.device)
-    probe = min(spec["warmup"], PROBE_WARMUPS) if spec.get("seconds_per_size") else 0
+    # with a time limit and any warm-up asked for, at least PROBE_WARMUPS (--warmup 0: cold calls, as asked)
+    probe = PROBE_WARMUPS if spec.get("seconds_per_size") and spec["warmup"] else 0
     for _ in range(spec["warmup"] if not probe else probe - 1):
         be.run(coll, inp, out)
     warm, iters = 0, spec["iters"]
@@ -254,7 +255,7 @@ def main(spec_path: str) -> None:
     spec = json.load(open(spec_path))
     be = {"mpi4py": Mpi4py, "horovod": Horovod}.get(spec["backend"], Torch)(spec)
     torch.set_num_threads(1)
-    out = open(spec["out"], "a") if be.rank == 0 else None
+    out = open(spec["out"], "w") if be.rank == 0 else None
 
     def emit(row):
         if be.rank == 0:

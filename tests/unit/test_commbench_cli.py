@@ -180,6 +180,65 @@ def test_slurm_sweep_whose_queue_cannot_be_read_returns_what_is_done_so_far(tmp_
     assert info.value.rows == done
 
 
+def test_a_signal_while_following_a_slurm_sweep_ends_commbench_as_locally(tmp_path, monkeypatch):
+    """SIGTERM while following the job: it is cancelled (follow's scancel), the measurements node 0
+    finished stay, the rest get an error record saying why, and the signal goes on to commbench's
+    main (exit 128 + signal, no network fitted from part of the sweep). It used to be swallowed:
+    'interrupted (Ctrl-C)' records, then a network config from the partial sweep and exit 1."""
+    import json
+    import signal
+    import types
+
+    from ddlbench.analysis.records import load
+    from ddlbench.commbench import slurm
+    from ddlbench.launch import local
+    from ddlbench.launch import slurm as launch_slurm
+
+    class Executor:
+        def submit(self, *args):
+            return types.SimpleNamespace(job_id="77")
+
+    def follow(job_id, prefix):
+        raise local.Terminated(signal.SIGTERM)
+
+    monkeypatch.setattr(slurm, "executor", lambda *a, **k: Executor())
+    monkeypatch.setattr(launch_slurm, "follow", follow)
+    slurm.done_path(tmp_path, 0).write_text(json.dumps({"rc": 0, "rows": [{"bytes": 4}]}))
+    jobs = [{"procs": 2, "mode": "sizes", "backend": "gloo", "fallback_from": None},
+            {"procs": 3, "mode": "ps", "backend": "gloo", "fallback_from": None}]
+    with pytest.raises(local.Terminated):
+        slurm.submit_and_collect(tmp_path, jobs, "p", 5, False, 60, {"results": str(tmp_path), "base": {}})
+    (rec,) = load([tmp_path], check=False).records
+    assert rec["mode"] == "ps" and rec["error"].startswith("stopped by SIGTERM; Slurm job 77 cancelled")
+
+
+def test_a_slurm_node_0_cancelled_mid_measurement_keeps_what_it_finished(tmp_path, monkeypatch):
+    """scancel during a measurement: node 0 records the sizes rank 0 had written (and an error
+    saying the job was cancelled) and tells the submitter it is done, before it stops."""
+    import json
+    import signal
+
+    from ddlbench.analysis.records import load
+    from ddlbench.commbench import cli, slurm
+    from ddlbench.launch import local
+
+    spec = tmp_path / "spec-0.json"
+    spec.write_text(json.dumps({"out": str(tmp_path / "rows-0.jsonl")}))
+
+    def cancelled(*args, **kwargs):
+        (tmp_path / "rows-0.jsonl").write_text('{"bytes": 4, "time_us": 9.0}\n{"bytes": 16, "ti')
+        raise local.Terminated(signal.SIGTERM)
+
+    monkeypatch.setattr(cli, "run_jobs", cancelled)
+    job = {"procs": 2, "spec": str(spec), "mode": "sizes", "backend": "gloo", "fallback_from": None, "workers": 2}
+    with pytest.raises(local.Terminated):
+        slurm.run_node(tmp_path, 0, ["h0", "h1"], "77", [job], 60, {"results": str(tmp_path / "results"), "base": {},
+                                                                    "partition": "p"})
+    kept, error = load([tmp_path / "results"], check=False).records
+    assert kept["bytes"] == 4 and error["error"] == "Slurm job 77 cancelled during this measurement"
+    assert json.loads(slurm.done_path(tmp_path, 0).read_text())["rc"] == 1
+
+
 def test_commbench_writes_no_network_from_a_sweep_still_running(tmp_path, monkeypatch, capsys):
     """The rows of a Slurm sweep whose queue could not be read are reported, but no network config
     is fitted from them (it would pass for the whole sweep), and the exit is not 0."""
