@@ -365,6 +365,12 @@ def _neighbours(model: str, local_batch: int, threads: int | None, n: int):
 def _neighbour(model: str, local_batch: int, threads: int | None, ready, stop) -> None:
     import torch
 
+    from ddlbench.launch.pids import die_with_parent
+
+    # a measurer ended by SIGTERM (timeout, a CI cancel) never sets `stop`: without this, its
+    # neighbours, training in a loop, outlived it for good
+    die_with_parent()
+
     if threads:
         torch.set_num_threads(threads)
     w, opt = _workload(model, local_batch, torch.device("cpu"))

@@ -97,3 +97,38 @@ def test_a_terminated_commbench_stops_its_ranks_and_keeps_what_it_measured(tmp_p
     assert processes_of(tmp_path) == []  # torchrun and both ranks
     sizes = {r["bytes"] for r in records(tmp_path)}
     assert {4, 16, 64} <= sizes and 1 << 30 not in sizes
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (a dead orphan waits to be reaped by whoever adopted it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_profile_measured_beside_neighbours_takes_them_along_when_killed(tmp_path):
+    """A profile measured beside W-1 neighbours (make predict PROFILE_FROM=measured, the benches'
+    profiles): the measurer killed by SIGTERM never told them to stop, and they trained in a loop,
+    a core each, for good."""
+    script = ("import multiprocessing, time\nfrom ddlbench.predict import profile\n"
+              "with profile._neighbours('tiny-resnet', 2, 1, 1):\n"
+              "    print(*[p.pid for p in multiprocessing.active_children()], flush=True)\n"
+              "    time.sleep(120)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    deadline, line = time.monotonic() + 120, ""
+    while not line:
+        assert time.monotonic() < deadline and proc.poll() is None, "the neighbour never started"
+        if select.select([proc.stdout], [], [], 1.0)[0]:
+            line = proc.stdout.readline()
+    pids = [int(p) for p in line.split()]
+    assert pids and all(running(p) for p in pids)
+    proc.send_signal(signal.SIGTERM)
+    finish_within(proc, 10)
+    deadline = time.monotonic() + 10
+    while any(running(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = [p for p in pids if running(p)]
+    for p in left:
+        os.kill(p, signal.SIGKILL)
+    assert not left
