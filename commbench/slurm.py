@@ -85,7 +85,7 @@ def run_node(folder: Path, node: int, hostnames: list[str], job_id: str, jobs: l
                 rc = run_jobs([(cmd, env)], timeout_s, keep_stderr=True)  # into the job's log
             except KeyboardInterrupt:  # scancel: node 0 keeps what the measurement had finished
                 if node == 0:
-                    done(folder, k, job, job_rows(json.loads(Path(job["spec"]).read_text())) + [
+                    keep_done(folder, k, job, job_rows(json.loads(Path(job["spec"]).read_text())) + [
                         {"error": f"Slurm job {job_id} cancelled during this measurement"}], 1, common, job_id,
                          hostnames[:procs])
                 raise
@@ -95,10 +95,10 @@ def run_node(folder: Path, node: int, hostnames: list[str], job_id: str, jobs: l
                 if rc:
                     rows = [{**r, "error": f"{r['error']} (each node's stderr: {folder / 'slurm'})"} if "error" in r
                             else r for r in rows]
-                done(folder, k, job, rows, rc, common, job_id, hostnames[:procs])
+                keep_done(folder, k, job, rows, rc, common, job_id, hostnames[:procs])
 
 
-def done(folder: Path, k: int, job: dict, rows: list[dict], rc: int | None, common: dict, job_id: str, hosts) -> None:
+def keep_done(folder: Path, k: int, job: dict, rows: list[dict], rc: int | None, common: dict, job_id: str, hosts) -> None:
     """Node 0: measurement k's rows as records, and done-<k>.json ({rc, rows}) for the submitter."""
     from ddlbench.commbench.cli import keep
     from ddlbench.launch.worker import write_json  # whole or absent, for nodes reading a shared filesystem

@@ -1,7 +1,9 @@
 """One commbench job, run by every rank: under torchrun (torch.distributed backends), mpiexec
-(mpi4py) or horovodrun (Horovod). Reads a JSON spec, writes one JSON line per measurement from rank 0.
+(mpi4py) or horovodrun (Horovod). Reads a JSON spec, writes one JSON line per measurement from rank 0,
+as each finishes.
 
 Per (collective, dtype, device, size): `warmup` untimed calls, then `iters` calls back to back
+(fewer of each for a size whose calls are slow: `calls_for`, planned by rank 0 for every rank)
 with a timestamp after each one's wait (a CUDA event on GPU), so a call's time runs from the
 previous call's completion to its own and the times sum to the loop's. As in nccl-tests, the
 reported time is the slowest rank's mean; min, max and p50 are that rank's. (The mean of
