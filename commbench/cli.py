@@ -392,12 +392,18 @@ def run_jobs(jobs: list[tuple[list[str], dict]], timeout_s: float, keep_stderr: 
 def relay(pipe) -> tuple[threading.Thread, object]:
     """Copy a launcher's stdout (its rank 0's progress) to ours, line by line, on a thread of
     its own: the ranks never hold this process's stdout, so a caller reading it to its end (a
-    pipe, `| tee`) is not kept waiting by one that outlived the kill of its group."""
+    pipe, `| tee`) is not kept waiting by one that outlived the kill of its group. Where our
+    stdout is gone (`| head`), it goes on draining the pipe, so rank 0 never blocks on a full one."""
     def copy():
+        shown = True
         try:
             for line in iter(pipe.readline, b""):
-                sys.stdout.write(line.decode(errors="replace"))
-                sys.stdout.flush()
+                if shown:
+                    try:
+                        sys.stdout.write(line.decode(errors="replace"))
+                        sys.stdout.flush()
+                    except (OSError, ValueError):
+                        shown = False
         except (OSError, ValueError):  # closed under it by run_jobs
             pass
     thread = threading.Thread(target=copy, daemon=True)

@@ -403,6 +403,34 @@ def test_a_failed_jobs_error_row_says_why_from_its_ranks_stderr(tmp_path, capsys
     assert failed["error"] == "gloo x2 job exited with 3 after 1 measurement(s)" and "stderr_tail" in failed
 
 
+def test_the_progress_relay_drains_a_ranks_stdout_after_ours_is_gone(monkeypatch):
+    """`commbench | head`: once our stdout is closed, the relay must still read the launcher's
+    pipe, or rank 0 blocks on a full one (64 KiB of progress) until --timeout."""
+    import os
+    import threading
+
+    from ddlbench.commbench.cli import relay
+
+    class Gone:
+        def write(self, text):
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self):
+            raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr("sys.stdout", Gone())
+    r, w = os.pipe()
+    thread, pipe = relay(os.fdopen(r, "rb"))
+    writer = threading.Thread(target=lambda: (os.write(w, b"[commbench gloo x2] all_reduce fp32 4 B\n" * 8192),
+                                              os.close(w)), daemon=True)
+    writer.start()
+    writer.join(timeout=10)  # 320 KiB: blocks for good if nobody reads
+    assert not writer.is_alive()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    pipe.close()
+
+
 def test_a_failed_jobs_stderr_tail_starts_with_the_first_traceback(tmp_path):
     """torchrun's summary of every rank (20+ lines) buried the failing rank's traceback."""
     from ddlbench.commbench.cli import log_tail
