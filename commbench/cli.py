@@ -425,7 +425,7 @@ def main(argv=None) -> int:
             "fusion_models": a.fusion_models.split(","), "fusion_iters": a.fusion_iters, "fusion_warmup": 2}
     from ddlbench.commbench.slurm import StillRunning
 
-    from ddlbench.launch.local import terminations
+    from ddlbench.launch.local import signal_of, terminations
 
     t0 = time.monotonic()
     still_running = None
@@ -440,11 +440,9 @@ def main(argv=None) -> int:
     except StillRunning as exc:
         new, still_running = exc.rows, exc
     except KeyboardInterrupt as exc:
-        from ddlbench.commbench.slurm import signal_name
-
-        print(f"commbench: stopped by {signal_name(exc)}: every rank was stopped; the measurements that finished "
+        print(f"commbench: stopped by {signal_of(exc).name}: every rank was stopped; the measurements that finished "
               f"are kept under {out_dir}; no network config written", file=sys.stderr)
-        return 128 + signal.Signals[signal_name(exc)]
+        return 128 + signal_of(exc)
     from ddlbench.commbench import report
 
     print(report.render(new))

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 import time
 from pathlib import Path
@@ -143,6 +142,7 @@ def submit_and_collect(folder: Path, jobs: list[dict], partition: str, time_min:
     from submitit.core.utils import FailedJobError
 
     from ddlbench.commbench.cli import BadInput, keep
+    from ddlbench.launch.local import signal_of
     from ddlbench.launch.slurm import QueueUnreadable, final_state, follow
 
     nodes = max(j["procs"] for j in jobs)
@@ -164,7 +164,7 @@ def submit_and_collect(folder: Path, jobs: list[dict], partition: str, time_min:
                            f"done: {exc}; node 0 records the rest under {common['results']} as they end (folder "
                            f"{folder})") from None
     except KeyboardInterrupt as exc:  # follow() has cancelled the job; re-raised once the rows are kept
-        why, interrupted = f"stopped by {signal_name(exc)}; Slurm job {job.job_id} cancelled", exc
+        why, interrupted = f"stopped by {signal_of(exc).name}; Slurm job {job.job_id} cancelled", exc
     rows = []
     for k, j in enumerate(jobs):
         done = done_rows(folder, k)
@@ -178,8 +178,3 @@ def submit_and_collect(folder: Path, jobs: list[dict], partition: str, time_min:
         raise interrupted
     return rows
 
-
-def signal_name(exc: KeyboardInterrupt) -> str:
-    from ddlbench.launch.local import Terminated
-
-    return signal.Signals(exc.signum).name if isinstance(exc, Terminated) else "SIGINT"

@@ -128,12 +128,17 @@ def deferred_signals():
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+def signal_of(exc: KeyboardInterrupt) -> signal.Signals:
+    """The signal behind a `terminations()` exception: SIGTERM or SIGHUP (`Terminated`), else Ctrl-C's."""
+    return signal.Signals(exc.signum) if isinstance(exc, Terminated) else signal.SIGINT
+
+
 def interruption(exc: BaseException) -> tuple[int, str]:
     """(exit code, reason) for a launch ended by `exc`: 128 + the signal for a signal, as a shell reports it."""
     if isinstance(exc, Terminated):
-        return 128 + exc.signum, f"terminated by {signal.Signals(exc.signum).name}; every worker was stopped"
+        return 128 + signal_of(exc), f"terminated by {signal_of(exc).name}; every worker was stopped"
     if isinstance(exc, KeyboardInterrupt):
-        return 128 + signal.SIGINT, "interrupted (Ctrl-C); every worker was stopped"
+        return 128 + signal_of(exc), "interrupted (Ctrl-C); every worker was stopped"
     return 1, f"the launcher failed: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}; every worker was stopped"
 
 
