@@ -236,25 +236,29 @@ class Station:
             self._next()
 
     def _next(self) -> None:
-        if self.queue is not None:
-            if not self.queue._heap:
+        if self.queue is None:
+            if not self.fifo:
                 self.busy = False
                 return
-            job = self.queue.get()
-        elif self.fifo:
             job = self.fifo.popleft()
+        elif self.queue._heap:
+            job = self.queue.get()
         else:
             self.busy = False
             return
         self.busy = True
-        now = self.sim.now
+        sim = self.sim
+        now = sim.now
         dur, min_end, on_start, on_done = job[-4:]
-        if callable(dur):  # a duration that depends on when the job starts (a Bucket's tokens)
-            dur = dur(now)
-        end = max(now + dur, min_end)
+        if dur.__class__ is not float and callable(dur):  # a duration that depends on when the job
+            dur = dur(now)                                   # starts (a Bucket's tokens)
+        end = now + dur
+        if min_end > end:
+            end = min_end
         if on_start is not None:
             on_start(now, end)
-        self.sim.at(end, self._done, on_done)
+        sim.seq += 1
+        heapq.heappush(sim.heap, (end, sim.seq, self._done, (on_done,)))
 
     def _done(self, on_done) -> None:
         if on_done is not None:
@@ -551,7 +555,8 @@ class HorovodCycle:
 
 def unpack_s(p: "Plan", profile: Profile) -> float:
     """Unpacking every fused message of a plan after its all-reduce (`copy_s`)."""
-    return sum(copy_s(sum(profile.tensor_bytes[i] for i in msg), len(msg)) for msg in p.messages)
+    nbytes = profile.tensor_bytes  # a list built per access: once, not once per tensor
+    return sum(copy_s(sum(nbytes[i] for i in msg), len(msg)) for msg in p.messages)
 
 
 def allreduce_comm(sim: Sim, cluster: Cluster, workers: int, opts: Options, horovod_defaults: bool = False):
