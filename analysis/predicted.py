@@ -50,15 +50,15 @@ def versus_measured(records: list[dict], predicted: list[dict], published: dict)
 
 def fastest_hits(predicted: dict, cells: dict, methods) -> list[dict]:
     """Per worker count of one setup: did the predictor pick the fastest method? `predicted`
-    {(method, workers): samples/s}; `cells` {(method, workers): tables.Cell} measured (published
-    cells count n = 5 with their std). Strict: the predicted fastest is the measured fastest.
-    Within noise: the measured throughput of the predicted fastest does not differ from the
-    measured fastest's beyond noise (analysis.noise.compare: Welch's 95% interval, or the setup's
-    largest spread where a cell has too few repeats), so a pick among a tie counts as right.
-    Among predicted ties: the measured fastest is one of the methods predicted within
-    `cli.TIE_REL` of the predicted fastest (`predicted_ties`, the pick first), which the model
-    does not rank."""
-    from ddlbench.predict.cli import tied
+    {(method, workers): cli.Prediction}; `cells` {(method, workers): tables.Cell} measured
+    (published cells count n = 5 with their std). The pick is `cli.fastest_tied`'s, among the
+    `methods` both have. Strict: the pick is the measured fastest. Within noise: the measured
+    throughput of the pick does not differ from the measured fastest's beyond noise
+    (analysis.noise.compare: Welch's 95% interval, or the setup's largest spread where a cell has
+    too few repeats), so a pick among a tie counts as right. Among predicted ties: the measured
+    fastest is the pick or one the model does not rank apart from it (`predicted_ties`, the pick
+    first)."""
+    from ddlbench.predict.cli import fastest_tied
 
     from . import noise
 
@@ -69,7 +69,7 @@ def fastest_hits(predicted: dict, cells: dict, methods) -> list[dict]:
         if not here:
             continue
         best_meas = max(here, key=lambda m: cells[(m, w)].mean)
-        ties = tied({m: predicted[(m, w)] for m in here})
+        ties = fastest_tied({(m, w): predicted[(m, w)] for m in here}, w)
         best_pred = ties[0]
         d = noise.compare(cells[(best_pred, w)], cells[(best_meas, w)], spread)
         out.append({"workers": w, "predicted": best_pred, "measured": best_meas, "strict": best_pred == best_meas,
@@ -124,8 +124,8 @@ def crossings(xs, curves: dict) -> list[tuple]:
 
 def whatif(models=("resnet50", "bert-base", "bert-large"), gbps=WHATIF_GBPS, workers=WHATIF_WORKERS) -> dict:
     """{model: {method: [speedup at each bandwidth]}} and the crossovers {model: [(gbps, from, to)]}:
-    where the predicted fastest changes, not where it only swaps with a method tied with it
-    (`cli.tied`)."""
+    where the predicted fastest estimate changes, not where it only swaps with a method tied with
+    it (`cli.tied`); `upper_bounds`: the methods whose curve is a bound, not an estimate."""
     from ddlbench.predict import cli, network, simulate
 
     base, opts = network.load("100gbib"), cli.study_opts()
@@ -140,8 +140,11 @@ def whatif(models=("resnet50", "bert-base", "bert-large"), gbps=WHATIF_GBPS, wor
                 r = simulate.simulate(m, prof, c, workers, opts)
                 per[m].append(r.samples_per_sec(batch) / prof.samples_per_sec_1)
         curves[model] = per
-        crossovers[model] = crossings(gbps, per)
-    return {"curves": curves, "crossovers": crossovers, "gbps": list(gbps), "workers": workers}
+        # an upper bound (simulate.upper_bound) says how fast a method could be, not that it is the
+        # fastest: drawn dashed, and no crossover to or from it, as the pick leaves it out
+        crossovers[model] = crossings(gbps, {m: ys for m, ys in per.items() if not simulate.upper_bound(m, opts)})
+    bounds = [m for m in simulate.METHODS if simulate.upper_bound(m, opts)]
+    return {"curves": curves, "crossovers": crossovers, "gbps": list(gbps), "workers": workers, "upper_bounds": bounds}
 
 
 def whatif_figure(data: dict, out: Path) -> Path:
@@ -154,7 +157,8 @@ def whatif_figure(data: dict, out: Path) -> Path:
     fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4.2), squeeze=False)
     for ax, model in zip(axes[0], models):
         for m, ys in data["curves"][model].items():
-            ax.plot(data["gbps"], ys, marker=".", label=m)
+            bound = m in data.get("upper_bounds", ())
+            ax.plot(data["gbps"], ys, marker=".", ls="--" if bound else "-", label=f"{m} (upper bound)" if bound else m)
         for g, a, b in data["crossovers"][model]:
             ax.axvline(g, color="grey", ls=":", lw=1)
             ax.text(g, ax.get_ylim()[1] * 0.98, f"{a}\u2192{b}", rotation=90, va="top", fontsize=6)

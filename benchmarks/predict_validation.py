@@ -36,6 +36,7 @@ STUDY_METHODS = tuple(m for m in simulate.METHODS if m != "ddp")
 BERT_LARGE_4GPU_ALLREDUCE_S = 0.441  # the study's text: "each iteration requires 441ms of communication time"
 
 
+COMM_UNCERTAINTIES = (1.0, 1.25, 1.5, 2.0, 3.0, 4.0)  # the picks' sensitivity to cli.COMM_UNCERTAINTY
 INTRA_NODES = ("pcie3x16", "pcie3x16-mgwfbp-table")  # the study node's two calibrations (conf/network/)
 
 
@@ -53,19 +54,22 @@ def ape(pred: float, meas: float) -> float:
     return abs(pred - meas) / meas
 
 
-def study(intra: str = "pcie3x16", explain_workers: int = 32, opts=None) -> dict:
-    """Every published multi-worker cell predicted on 100gbib with the intra-node link of `intra`."""
+def study(intra: str = "pcie3x16", explain_workers: int = 32, opts=None, comm_uncertainty: float | None = None) -> dict:
+    """Every published multi-worker cell predicted on 100gbib with the intra-node link of `intra`,
+    the picks weighing communication at up to `comm_uncertainty` x the model's (default
+    cli.COMM_UNCERTAINTY)."""
     from ddlbench.analysis.predicted import fastest_hits
 
     truth = published_cells()
     cluster = network.with_intra(network.load("100gbib"), intra) if intra != "pcie3x16" else network.load("100gbib")
     models = sorted({m for m, _, _ in truth})
-    preds, dominant = {}, {}
+    preds, dominant, full = {}, {}, {}
     for model in models:
         workers = sorted({w for m, _, w in truth if m == model})
-        p, prof, _ = cli.predict(model, workers, cluster, STUDY_METHODS, explain=explain_workers is not None, opts=opts)
+        p, prof, _ = cli.predict(model, workers, cluster, STUDY_METHODS, explain=explain_workers is not None, opts=opts,
+                                 comm_uncertainty=comm_uncertainty)
         for (method, w), pr in p.items():
-            preds[(model, method, w)] = pr.samples_per_sec
+            preds[(model, method, w)], full[(model, method, w)] = pr.samples_per_sec, pr
             if w == explain_workers:
                 dominant[(model, method)] = cli.describe(pr.explanation)
     errs = {k: ape(preds[k], v) for k, v in truth.items()}
@@ -74,7 +78,7 @@ def study(intra: str = "pcie3x16", explain_workers: int = 32, opts=None) -> dict
         per_method[method].append(e)
     cells = []
     for setup, published in reference.load().items():
-        mine = {(me, w): v for (mo, me, w), v in preds.items() if mo == setup.model}
+        mine = {(me, w): v for (mo, me, w), v in full.items() if mo == setup.model}
         multi = {k: c for k, c in published.items() if k[1] > 1}
         cells += [{"model": setup.model, **h} for h in fastest_hits(mine, multi, STUDY_METHODS)]
     cells.sort(key=lambda c: (c["model"], c["workers"]))
@@ -365,15 +369,25 @@ def main(argv=None) -> int:
     rows = [[mo, me, w, f"{s['preds'][(mo, me, w)]:.1f}", f"{v:.1f}", f"{(s['preds'][(mo, me, w)] - v) / v:+.1%}"]
             for (mo, me, w), v in sorted(s["truth"].items())]
     print(markdown(["model", "method", "workers", "predicted", "published", "error"], rows))
-    print("\nFastest method per (model, workers): predicted / published; within noise = the predicted pick's "
-          "published throughput is not different from the published fastest's (Welch 95%, n = 5 with the "
-          f"published std; analysis/noise.py); predicted ties = the methods predicted within {cli.TIE_REL:.1%} of the "
-          f"predicted fastest, which the model does not rank (the pick first)")
-    print(markdown(["model", "workers", "predicted fastest", "published fastest", "strict", "within noise", "test",
+    print(f"\nFastest method per (model, workers): the pick (cli.fastest_tied: among estimates, the least shortfall "
+          f"to the fastest at the model's communication and at {cli.COMM_UNCERTAINTY:g}x it) / published; within "
+          "noise = the pick's published throughput is not different from the published fastest's (Welch 95%, n = 5 "
+          f"with the published std; analysis/noise.py); predicted ties = the methods within {cli.TIE_REL:.1%} of the "
+          f"pick at both, which the model does not rank (the pick first)")
+    print(markdown(["model", "workers", "pick", "published fastest", "strict", "within noise", "test",
                     "predicted ties", "among ties"],
                    [[c["model"], c["workers"], c["predicted"], c["measured"], "hit" if c["strict"] else "miss",
                      "hit" if c["within_noise"] else "miss", c["test"], ", ".join(c["predicted_ties"][1:]) or "-",
                      "hit" if c["among_ties"] else "miss"] for c in s["cells"]]))
+    print(f"\nThe picks against the communication cost they weigh (cli.COMM_UNCERTAINTY = {cli.COMM_UNCERTAINTY:g}; "
+          f"1: the fastest estimate; {INTRA_NODES[0]}):")
+    rows = []
+    for k in COMM_UNCERTAINTIES:
+        r = s if k == cli.COMM_UNCERTAINTY else study(INTRA_NODES[0], explain_workers=None, comm_uncertainty=k)
+        n = len(r["cells"])
+        rows.append([f"{k:g}", f"{r['hits']}/{n}", f"{r['hits_noise']}/{n}", f"{r['hits_ties']}/{n}",
+                     ", ".join(f"{c['model']} x{c['workers']}" for c in r["cells"] if not c["within_noise"]) or "-"])
+    print(markdown(["communication x", "strict", "within noise", "among ties", "missed within noise"], rows))
     print("\nWhat dominates each prediction at 32 workers (then the largest exposed communication cost):")
     print(markdown(["method"] + models, [[m] + [s["dominant"][(model, m)] for model in models] for m in STUDY_METHODS]))
 

@@ -3,7 +3,7 @@
     python -m ddlbench.predict.auto --model tiny-resnet --workers 2 --profile local [--cluster local]
         [--link 1gbit] [--network NAME] [--profile-from measured|derived] [--device cpu]
 
-prints on stderr the choice and why (every method's predicted samples/s, what dominates), and
+prints on stderr the choice (`cli.fastest_tied`) and why (every method's predicted samples/s, what dominates), and
 on stdout the Hydra overrides for the run: `method=<name>`, then `prediction={...}` last, which the
 run record keeps as `prediction: {method, samples_per_sec, network, dominant}` beside the
 measurement. `--ps-topology per-gpu` (PS_TOPOLOGY) predicts the PS methods with every worker
@@ -114,9 +114,10 @@ def resolve(model: str, workers: int, local_batch: int, net: "str | network.Clus
             device: str = "cpu", run_profile: str = "local", stack: str = "ddlbench", methods=simulate.METHODS, prof=None,
             threads: int | None = None, sharers: int = 1, one_worker: float | None = None,
             ps_topology: str | None = None) -> dict:
-    """{method, samples_per_sec, network, dominant, predicted, overrides, tied}: the fastest predicted
-    method (`tied`: the methods predicted within cli.TIE_REL of it, which the model does not rank;
-    the run takes the fastest), every method's prediction (a measured CPU profile at `threads`, each worker's share,
+    """{method, samples_per_sec, network, dominant, predicted, overrides, tied}: the method picked
+    (`cli.fastest_tied`: the fastest estimate, unless communication costing cli.COMM_UNCERTAINTY x
+    the model's would make it lose more than another; `tied`: those the model does not rank apart
+    from it), every method's prediction (a measured CPU profile at `threads`, each worker's share,
     beside `sharers - 1` other workers on this machine's cores; PS methods in `ps_topology`, by
     default their configs'), and the overrides that run the winner as it was predicted."""
     opts = cli.study_opts(run_profile, stack=stack, backend=default_backend(device), ps_topology=ps_topology)
@@ -202,7 +203,8 @@ def main(argv=None) -> int:
     ranked = sorted(choice["predicted"].items(), key=lambda kv: -kv[1])
     print(f"METHOD=auto: {choice['method']} is predicted fastest for {a.model} x{a.workers} (local batch {batch}) on "
           f"network {choice['network']} ({choice['dominant']} dominates); profile: {choice['profile_source']}.\n"
-          + (f"  tied with it (within {cli.TIE_REL:.1%}, not ranked by the model): {', '.join(choice['tied'])}\n"
+          + (f"  tied with it (within {cli.TIE_REL:.1%} at the model's communication and at {cli.COMM_UNCERTAINTY:g}x "
+             f"it, not ranked by the model): {', '.join(choice['tied'])}\n"
              if choice.get("tied") else "") +
           f"  predicted samples/s: " + ", ".join(f"{m} {v:.1f}" for m, v in ranked), file=sys.stderr)
     print(" ".join(choice["overrides"] + [hydra_prediction(choice)]))

@@ -355,6 +355,18 @@ def with_intra(cluster: Cluster, node_name: str) -> Cluster:
                    **cluster.measured_here(False))
 
 
+def slower(cluster: Cluster, k: float) -> Cluster:
+    """`cluster` with every link's alpha and beta `k` times its own (between GPUs, nodes and
+    servers, and what make commbench measured): communication costing k times the model's. The
+    MG-WFBP table stays: it is what the runtime's merge rule was given, not how fast the wire is."""
+    def scaled(link: Link | None) -> Link | None:
+        return None if link is None else replace(link, alpha_s=link.alpha_s * k, beta_s_per_byte=link.beta_s_per_byte * k)
+
+    return replace(cluster, intra=scaled(cluster.intra), inter=scaled(cluster.inter), ps=scaled(cluster.ps),
+                   measured={c: {r: scaled(link) for r, link in by.items()} for c, by in cluster.measured.items()},
+                   name=f"{cluster.name} (communication x{k:g})")
+
+
 def with_nodes(cluster: Cluster, workers_per_node: int, link: Link, source: str,
                same_placement: bool = False) -> Cluster:
     """`cluster` with `workers_per_node` workers a machine, talking inside it over `link`: the

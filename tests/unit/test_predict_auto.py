@@ -579,7 +579,8 @@ def test_auto_names_the_methods_tied_with_its_pick(monkeypatch, capsys):
     monkeypatch.setattr(auto, "resolve", lambda *a, **k: {**choice, "profile_source": "test"})
     assert auto.main(["--model", "tiny-resnet", "--workers", "2", "--network", "loopback"]) == 0
     out = capsys.readouterr()
-    assert f"tied with it (within 0.1%, not ranked by the model): {', '.join(choice['tied'])}" in out.err
+    assert (f"tied with it (within 0.1% at the model's communication and at 2x it, not ranked by the model): "
+            f"{', '.join(choice['tied'])}") in out.err
     assert "tied:['" in out.out.split()[-1]
 
 
