@@ -88,7 +88,7 @@ test: install
 	$(PY) -m pytest -q -n $(TEST_JOBS) tests
 
 # The methods at WORKERS workers, then (once per setup) one worker for the speedup, then the table.
-# METHOD=auto: per worker count, the method predicted fastest (ddlbench.predict.auto prints which
+# METHOD=auto: per worker count, the method the predictor picks (ddlbench.predict.auto prints which
 # and why), run with the prediction kept in its record. NETWORK=... overrides the cluster's network.
 PROFILE_FROM ?=
 auto_args = --model $(MODEL) --profile $(PROFILE) --cluster $(CLUSTER) $(if $(LINK),--link $(LINK)) $(if $(PARTITION),--partition $(PARTITION)) \

@@ -132,7 +132,7 @@ def resolve(model: str, workers: int, local_batch: int, net: "str | network.Clus
         overrides.append(f"method.ps_topology={ps_topology}")
     return {"method": best, "overrides": overrides, "samples_per_sec": round(p.samples_per_sec, 3), "network": cluster.name,
             "dominant": p.explanation["dominant"] if p.explanation else "compute",
-            "profile_source": prof.source, "tied": ties[1:],
+            "profile_source": prof.source, "tied": ties[1:], "why": cli.why_picked(preds, workers),
             "predicted": {m: round(q.samples_per_sec, 3) for (m, _), q in preds.items()}}
 
 
@@ -201,8 +201,9 @@ def main(argv=None) -> int:
         print(f"auto: error: {exc}", file=sys.stderr)
         return 2
     ranked = sorted(choice["predicted"].items(), key=lambda kv: -kv[1])
-    print(f"METHOD=auto: {choice['method']} is predicted fastest for {a.model} x{a.workers} (local batch {batch}) on "
+    print(f"METHOD=auto: {choice['method']} is picked for {a.model} x{a.workers} (local batch {batch}) on "
           f"network {choice['network']} ({choice['dominant']} dominates); profile: {choice['profile_source']}.\n"
+          + (f"  {choice['why']}\n" if choice.get("why") else "")
           + (f"  tied with it (within {cli.TIE_REL:.1%} at the model's communication and at {cli.COMM_UNCERTAINTY:g}x "
              f"it, not ranked by the model): {', '.join(choice['tied'])}\n"
              if choice.get("tied") else "") +

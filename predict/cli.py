@@ -329,6 +329,20 @@ def describe(explanation: dict) -> str:
     return text
 
 
+def why_picked(preds: dict, workers: int) -> str | None:
+    """Where the pick at `workers` is not the fastest estimate (nor tied with it): why, in a line."""
+    ties = fastest_tied(preds, workers)
+    here = {m: p for (m, w), p in preds.items() if w == workers and not p.upper_bound}
+    top = max(here, key=lambda m: here[m].samples_per_sec, default=None)
+    pick = here.get(ties[0])
+    if pick is None or top in ties or pick.slower_comm_samples_per_sec is None:
+        return None
+    other = here[top]
+    return (f"{pick.method} is picked over {top}: {pick.samples_per_sec:.1f} against {other.samples_per_sec:.1f} "
+            f"samples/s, but {pick.slower_comm_samples_per_sec:.1f} against {other.slower_comm_samples_per_sec:.1f} "
+            f"with communication {pick.comm_uncertainty:g}x the model's")
+
+
 def render(preds: dict, model: str, local_batch: int, cluster: network.Cluster, prof: profile.Profile) -> str:
     from ddlbench.analysis.tables import markdown, method_key
 
@@ -350,16 +364,7 @@ def render(preds: dict, model: str, local_batch: int, cluster: network.Cluster, 
             f"(several: tied within {TIE_REL:.1%} at both, which the model does not rank); in brackets what dominates the iteration "
             f"(compute, latency, bandwidth, server, cpu, scheduler, stragglers)\nand the largest other cost exposed "
             f"as a share of the iteration\nprofile: {prof.source}")
-    notes = []
-    for w in workers:  # where the pick is not the fastest estimate: why
-        here = {m: p for (m, x), p in preds.items() if x == w and not p.upper_bound}
-        top = max(here, key=lambda m: here[m].samples_per_sec, default=None)
-        pick = here.get(best[w][0])
-        if pick and top not in best[w] and pick.slower_comm_samples_per_sec is not None:
-            other = here[top]
-            notes.append(f"\n{w} workers: {pick.method} is picked over {top}: {pick.samples_per_sec:.1f} against "
-                         f"{other.samples_per_sec:.1f} samples/s, but {pick.slower_comm_samples_per_sec:.1f} against "
-                         f"{other.slower_comm_samples_per_sec:.1f} with communication {pick.comm_uncertainty:g}x the model's")
+    notes = [f"\n{w} workers: {note}" for w in workers if (note := why_picked(preds, w))]
     foot = "".join(notes) + "".join(f"\n^ {m}: an upper bound, not an estimate (so never the pick over one): {why}"
                                     for m, why in bounds)
     return head + "\n" + markdown(["method"] + [f"{w} workers" for w in workers], rows) + foot

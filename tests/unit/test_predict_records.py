@@ -371,9 +371,13 @@ def test_the_pick_is_the_method_that_loses_least_if_communication_costs_up_to_tw
     # upper bounds only: the pick is among them
     only = {k: v for k, v in keyed.items() if k[0] == "bytescheduler-a2a"}
     assert cli.fastest_tied(only, 8) == ["bytescheduler-a2a"]
-    # the record says what the pick weighed
-    rec = by["mg-wfbp"].record("tiny-resnet", 8, network.load("loopback"), profile.Profile(
-        "tiny-resnet", 1, ["a"], [1], 4, ["a"], [0.0], [0.0], 0.1, 0.1, [0.0], "test", 5.0), cli.study_opts())
+    # the table says why, and the record what the pick weighed
+    prof = profile.Profile("tiny-resnet", 1, ["a"], [1], 4, ["a"], [0.0], [0.0], 0.1, 0.1, [0.0], "test", 5.0)
+    table = cli.render(keyed, "tiny-resnet", 1, network.load("loopback"), prof)
+    assert ("\n8 workers: mg-wfbp is picked over wfbp-a2a: 1000.0 against 1002.0 samples/s, but 900.0 against 800.0 "
+            "with communication 2x the model's") in table
+    assert cli.why_picked({k: v for k, v in keyed.items() if k[0] != "wfbp-a2a"}, 8) is None  # the fastest estimate
+    rec = by["mg-wfbp"].record("tiny-resnet", 8, network.load("loopback"), prof, cli.study_opts())
     assert rec["slower_comm_samples_per_sec"] == 900.0 and rec["comm_uncertainty"] == cli.COMM_UNCERTAINTY
     assert rec["regret"] == pytest.approx(0.002, abs=1e-5)
 
