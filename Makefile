@@ -240,7 +240,7 @@ bench-local: install
 # It needs as many nodes as the largest measurement has ranks (the default WORKERS=3 with the groups
 # and ps modes: 4; WORKERS=2 CB_MODE=sizes: 2). TIME_MIN=<minutes> (60), SBATCH='account=p qos=q'.
 # A size whose calls are slow gets fewer than ITERS (100) timed calls, about SECONDS_PER_SIZE (2) s
-# of them, at least 3 (SECONDS_PER_SIZE=0: always ITERS).
+# of them, at least 3 (SECONDS_PER_SIZE=0: always ITERS); so do the fusion and ps modes' slow rounds.
 CB_WORKERS  := $(if $(filter command line,$(origin WORKERS)),$(WORKERS),3)
 BACKENDS    ?= auto
 COLLECTIVES ?= all_reduce

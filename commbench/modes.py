@@ -30,6 +30,9 @@ reduce inside the node, the leader's control message, push, pull and broadcast, 
 machine's cores (`push_pull_node_burst`, `node_workers`). A burst's time per key is the node's
 sustained cost per message, which the predictor's node stage takes where it is the larger
 (network.Cluster.node_ps_s).
+
+fusion's rounds and ps's rounds and bursts follow --seconds-per-size as the size sweep does
+(worker.warm_up_and_plan): a slow one gets the calls that fit in it, rank 0's plan on every rank.
 """
 from __future__ import annotations
 
@@ -40,7 +43,7 @@ import torch
 
 from ddlbench import hostcpu
 from ddlbench.commbench.collectives import pattern
-from ddlbench.commbench.worker import sizes, summarize
+from ddlbench.commbench.worker import sizes, summarize, warm_up_and_plan
 from ddlbench.methods.grouped import fuse_by_threshold
 
 
@@ -114,22 +117,25 @@ def fusion(be, spec, emit) -> None:
                             offset += numels[i]
                 be.sync()
 
-            times = []
-            busy0 = window0 = None
-            for it in range(spec["fusion_warmup"] + spec["fusion_iters"]):
+            def round_once() -> None:
                 be.barrier()
-                if it == spec["fusion_warmup"]:
-                    busy0, window0 = hostcpu.busy_s(), time.perf_counter()
+                all_reduce_once()
+
+            warmup, iters = warm_up_and_plan(round_once, spec, be.total, be.rank == 0, spec["fusion_warmup"],
+                                             spec["fusion_iters"])
+            times = []
+            busy0, window0 = hostcpu.busy_s(), time.perf_counter()
+            for _ in range(iters):
+                be.barrier()
                 t0 = time.perf_counter()
                 all_reduce_once()
-                if it >= spec["fusion_warmup"]:
-                    times.append(time.perf_counter() - t0)
+                times.append(time.perf_counter() - t0)
             be.barrier()  # every worker's last round is done
             busy1 = hostcpu.busy_s()
             # the machine's busy CPU per worker and round (each round's barrier included)
-            cpu = {"cpu_busy_s": (busy1 - busy0) / (spec["fusion_iters"] * be.n),
+            cpu = {"cpu_busy_s": (busy1 - busy0) / (iters * be.n),
                    "cpu_window_s": time.perf_counter() - window0, "cores": hostcpu.cores()} \
-                if busy0 is not None and busy1 is not None and spec["fusion_iters"] else {}
+                if busy0 is not None and busy1 is not None and iters else {}
             times = be.slowest(times)
             # then one checked round: rank r gives r + 1 everywhere, so every element must sum to n(n+1)/2
             for grad in grads:
@@ -138,7 +144,7 @@ def fusion(be, spec, emit) -> None:
             wrong = sum(int((grad != be.n * (be.n + 1) // 2).sum().item()) for grad in grads)
             emit({"mode": "fusion", "model": model, "strategy": name, "messages": len(groups_), "tensors": len(numels),
                   "collective": "all_reduce", "dtype": "fp32", "device": spec["device"], "workers": be.n,
-                  "wrong": be.total(wrong), **cpu, **summarize(times, total * 4, "all_reduce", be.n)})
+                  "wrong": be.total(wrong), **cpu, **summarize(times, total * 4, "all_reduce", be.n), "warmup": warmup})
 
 
 PS_PARTITION_BYTES = 4_096_000  # BytePS's partition, as conf/method/*-ps.yaml
@@ -191,31 +197,52 @@ def _ps_report(be, spec, emit, workers, collective: str, wrong: int, times: list
           **summarize(max(everyone, key=lambda ts: sum(ts) / len(ts)), nbytes, "push_pull", W)})
 
 
+def _share(workers):
+    """n summed over the workers (not the server, which only serves): `warm_up_and_plan`'s share."""
+    import torch.distributed as dist
+
+    def share(n: int) -> int:
+        t = torch.tensor([n])
+        dist.all_reduce(t, group=workers)
+        return int(t.item())
+    return share
+
+
 def _bursts(be, spec, workers, pp, keys_per_size, first_iteration: int):
     """Every worker pushes each burst's keys back to back and waits for all, at each of
-    PS_BURST_BYTES: yield (key bytes, keys, tensors, times, busy CPU per worker-message fields)."""
+    PS_BURST_BYTES: yield (key bytes, keys, tensors, times, warm-ups, busy CPU per worker-message
+    fields)."""
     import torch.distributed as dist
 
     W = be.n - 1
     it = first_iteration
     for nbytes, keys in zip(PS_BURST_BYTES, keys_per_size):
         xs = [torch.ones(nbytes // 4, device=be.device) for _ in keys]
-        times = []
-        for i in range(spec["warmup"] + spec["iters"]):
-            dist.barrier(group=workers)
-            if i == spec["warmup"]:
-                busy0, window0 = hostcpu.busy_s(), time.perf_counter()
-            t0 = time.perf_counter()
+
+        def burst() -> None:
+            nonlocal it
             for h in [pp.reduce_async(x, iteration=it, tensors=["x"], group=g) for x, g in zip(xs, keys)]:
                 h.wait()
             it += 1
-            if i >= spec["warmup"]:
-                times.append(time.perf_counter() - t0)
+
+        def synced_burst() -> None:
+            dist.barrier(group=workers)
+            burst()
+
+        warmup, iters = warm_up_and_plan(synced_burst, spec, _share(workers), be.rank == 0, spec["warmup"],
+                                         spec["iters"])
+        times = []
+        busy0, window0 = hostcpu.busy_s(), time.perf_counter()
+        for _ in range(iters):
+            dist.barrier(group=workers)
+            t0 = time.perf_counter()
+            burst()
+            times.append(time.perf_counter() - t0)
         dist.barrier(group=workers)  # every worker's last burst is back
         busy1, window_s = hostcpu.busy_s(), time.perf_counter() - window0
-        cpu = {"cpu_busy_s": (busy1 - busy0) / (spec["iters"] * W * len(keys)), "cpu_window_s": window_s,
-               "cores": hostcpu.cores()} if busy0 is not None else {}
-        yield nbytes, keys, xs, times, cpu
+        cpu = {"cpu_busy_s": (busy1 - busy0) / (iters * W * len(keys)), "cpu_window_s": window_s,
+               "cores": hostcpu.cores()} if busy0 is not None and busy1 is not None else {}
+        yield nbytes, keys, xs, times, warmup, cpu
 
 
 def _ps_rounds_and_bursts(be, spec, emit, workers, layout) -> None:
@@ -236,24 +263,30 @@ def _ps_rounds_and_bursts(be, spec, emit, workers, layout) -> None:
 
     for m, nbytes in enumerate(todo):
         x = torch.ones(max(1, nbytes // 4), device=be.device)
-        times = []
-        dist.barrier(group=workers)
-        for i in range(spec["warmup"] + spec["iters"]):
-            t0 = time.perf_counter()
+
+        def round_once() -> None:
+            nonlocal it
             pp.reduce_async(x, iteration=it, tensors=["x"], group=m).wait()
             it += 1
-            if i >= spec["warmup"]:
-                times.append(time.perf_counter() - t0)
+
+        dist.barrier(group=workers)
+        warmup, iters = warm_up_and_plan(round_once, spec, _share(workers), be.rank == 0, spec["warmup"],
+                                         spec["iters"])
+        times = []
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            round_once()
+            times.append(time.perf_counter() - t0)
         # then one checked round: the average of every worker's pattern
         x = pattern(x.numel(), be.rank, torch.float32, be.device)
         pp.reduce_async(x, iteration=it, tensors=["x"], group=m).wait()
         it += 1
         expected = sum(pattern(x.numel(), r, torch.float32, be.device) for r in range(W)) / W
-        report("push_pull", int((~torch.isclose(x, expected)).sum().item()), times, x.numel() * 4)
-    for nbytes, keys, xs, times, cpu in _bursts(be, spec, workers, pp, bursts, it):
+        report("push_pull", int((~torch.isclose(x, expected)).sum().item()), times, x.numel() * 4, warmup=warmup)
+    for nbytes, keys, xs, times, warmup, cpu in _bursts(be, spec, workers, pp, bursts, it):
         # every key pushed ones by every worker: their average is ones
         report("push_pull_burst", sum(int((x != 1).sum().item()) for x in xs), times, nbytes * len(keys),
-               keys=len(keys), key_bytes=nbytes, **cpu)
+               keys=len(keys), key_bytes=nbytes, warmup=warmup, **cpu)
     pp.close()
 
 
@@ -267,8 +300,9 @@ def _ps_node_bursts(be, spec, emit, workers, node) -> None:
     pp = ps_node.wrap(ctx, ps_zmq.TRANSPORT(ctx, node, PS_PARTITION_BYTES), node)
     bursts = [[j * PS_BURST_KEYS + k for k in range(PS_BURST_KEYS)] for j in range(len(PS_BURST_BYTES))]
     pp.prepare([n // 4 for n in PS_BURST_BYTES for _ in range(PS_BURST_KEYS)])
-    for nbytes, keys, xs, times, cpu in _bursts(be, spec, workers, pp, bursts, 0):
-        report_extra = {"keys": len(keys), "key_bytes": nbytes, "node_workers": W, "ps_topology": "per-machine", **cpu}
+    for nbytes, keys, xs, times, warmup, cpu in _bursts(be, spec, workers, pp, bursts, 0):
+        report_extra = {"keys": len(keys), "key_bytes": nbytes, "node_workers": W, "ps_topology": "per-machine",
+                        "warmup": warmup, **cpu}
         _ps_report(be, spec, emit, workers, "push_pull_node_burst", sum(int((x != 1).sum().item()) for x in xs),
                    times, nbytes * len(keys), **report_extra)
     pp.close()

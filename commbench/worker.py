@@ -42,6 +42,27 @@ def calls_for(call_s: float, spec: dict, done: int) -> tuple[int, int]:
     return min(warm, int(budget / 4 / call_s)), min(iters, max(MIN_ITERS, int(budget / call_s)))
 
 
+def warm_up_and_plan(once, spec: dict, share, rank0: bool, warmup: int, iters: int) -> tuple[int, int]:
+    """Warm up with `once()` (one call, back when it is done on this rank) and say how many timed
+    calls to make: `warmup` and `iters` as asked; with --seconds-per-size (and a warm-up asked
+    for) the last of PROBE_WARMUPS warm-ups is timed and `calls_for` plans the rest, rank 0's plan
+    on every rank (`share(n)`: n summed over the ranks making the calls, which must all make the
+    same ones). Returns (warm-ups made, timed calls). The sizes sweep and the fusion and ps modes
+    share it: a 2 MiB ps burst takes 0.4 s at 100 Mbit/s, 105 of them 45 s a worker count."""
+    probe = PROBE_WARMUPS if spec.get("seconds_per_size") and warmup else 0
+    for _ in range(warmup if not probe else probe - 1):
+        once()
+    if not probe:
+        return warmup, iters
+    t0 = time.perf_counter()
+    once()
+    warm, n = calls_for(time.perf_counter() - t0, {**spec, "warmup": warmup, "iters": iters}, probe)
+    warm, n = share(warm if rank0 else 0), share(n if rank0 else 0)
+    for _ in range(warm):
+        once()
+    return probe + warm, n
+
+
 def sizes(spec) -> list[int]:
     out, s = [], spec["min_bytes"]
     while s <= spec["max_bytes"]:
@@ -208,22 +229,13 @@ def timed_calls(be, coll, inp, out, iters: int) -> list[float]:
 def measure(be, coll, dtype, nbytes: int, spec) -> dict:
     numel = max(1, nbytes // torch.tensor([], dtype=dtype).element_size())
     inp, out, _ = coll.setup(numel, be.n, be.rank, dtype, be.device)
+
+    def once() -> None:
+        be.run(coll, inp, out)
+        be.sync()
+
     # with a time limit and any warm-up asked for, at least PROBE_WARMUPS (--warmup 0: cold calls, as asked)
-    probe = PROBE_WARMUPS if spec.get("seconds_per_size") and spec["warmup"] else 0
-    for _ in range(spec["warmup"] if not probe else probe - 1):
-        be.run(coll, inp, out)
-    warm, iters = 0, spec["iters"]
-    if probe:  # the last of the probe's warm-ups, timed, plans the rest (`calls_for`)
-        be.sync()
-        t0 = time.perf_counter()
-        be.run(coll, inp, out)
-        be.sync()
-        warm, iters = calls_for(time.perf_counter() - t0, spec, probe)
-        # rank 0's plan on every rank: each must make the same calls
-        warm, iters = be.total(warm if be.rank == 0 else 0), be.total(iters if be.rank == 0 else 0)
-    for _ in range(warm):
-        be.run(coll, inp, out)
-    be.sync()
+    warmup, iters = warm_up_and_plan(once, spec, be.total, be.rank == 0, spec["warmup"], spec["iters"])
     be.barrier()
     times = timed_calls(be, coll, inp, out, iters)
     times = be.slowest(times)
@@ -232,7 +244,7 @@ def measure(be, coll, dtype, nbytes: int, spec) -> dict:
     be.sync()
     wrong = 0 if expected is None else int((result_of(coll, inp, out) != expected).sum().item())
     real_bytes = numel * inp.element_size() if coll.name != "all_gather" else out.numel() * out.element_size()
-    return {**summarize(times, real_bytes, coll.name, be.n), "warmup": probe + warm if probe else spec["warmup"],
+    return {**summarize(times, real_bytes, coll.name, be.n), "warmup": warmup,
             "wrong": be.total(wrong)}
 
 

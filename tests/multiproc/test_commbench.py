@@ -91,13 +91,17 @@ def test_bad_input_exits_2_with_one_line(tmp_path):
 
 def test_the_seeds_experiments_groups_and_fusion(tmp_path):
     proc, rows = commbench(tmp_path, "--backends", "gloo", "--workers", "4", "--mode", "groups,fusion",
-                           "--iters", "20", "--fusion-models", "tiny-resnet", "--fusion-iters", "2")
+                           "--iters", "20", "--fusion-models", "tiny-resnet", "--fusion-iters", "5",
+                           "--seconds-per-size", "0.001")
     assert proc.returncode == 0, proc.stderr[-2000:]
     groups = sorted((r["groups"], r["workers"]) for r in rows if r["mode"] == "groups")
     assert groups == [(1, 2), (2, 4)]  # seed 002: 1 and 2 pairs, each its own group
     fusion = {(r["strategy"], r["workers"]): r for r in rows if r["mode"] == "fusion"}
     assert {s for s, _ in fusion} == {"per_tensor", "fused", "buckets_25MiB"}
     assert fusion[("per_tensor", 2)]["messages"] == 29 and fusion[("fused", 2)]["messages"] == 1
+    # a round of 29 all-reduces takes far over 0.33 ms: the fewest rounds, on every rank alike
+    assert fusion[("per_tensor", 2)]["iters"] == fusion[("per_tensor", 4)]["iters"] == 3
+    assert all(3 <= r["iters"] <= 5 and r["warmup"] == 2 for r in fusion.values())
     assert all(r["wrong"] == 0 for r in rows)  # each mode ends with one checked round
     # each fusion round's busy CPU per worker (the predictor's all-reduce CPU on shared cores), in
     # /proc/stat's 10 ms ticks: a fused round of 2 x a few ms may read 0, 29 all-reduces do not
@@ -111,14 +115,16 @@ def test_ps_mode_pushes_and_pulls_through_the_ps_engine_and_fits_the_ps_wire(tmp
     and the predictor's PS link is fitted from them."""
     from ddlbench.predict import network
 
-    proc, rows = commbench(tmp_path, "--workers", "2", "--mode", "ps", "--max-bytes", "64KiB", "--iters", "3",
-                           "--warmup", "1", "--dtypes", "fp32")
+    # a time limit per size so short that a call of a third of a millisecond gets the fewest calls
+    proc, rows = commbench(tmp_path, "--workers", "2", "--mode", "ps", "--max-bytes", "64KiB", "--iters", "6",
+                           "--warmup", "1", "--dtypes", "fp32", "--seconds-per-size", "0.001")
     assert proc.returncode == 0, proc.stderr[-2000:]
     rounds = [r for r in rows if r["collective"] == "push_pull"]
     assert [r["bytes"] for r in rounds] == [4 * 4**k for k in range(8)]
     for r in rows:
         assert r["workers"] == 2 and r["servers"] == 1 and r["wire"] == "zmq"
-        assert r["wrong"] == 0 and 0 < r["time_us_min"] <= r["time_us_p50"] <= r["time_us_max"] and r["iters"] == 3
+        assert r["wrong"] == 0 and 0 < r["time_us_min"] <= r["time_us_p50"] <= r["time_us_max"]
+        assert 3 <= r["iters"] <= 6 and r["warmup"] == 2  # the second warm-up timed, rank 0's plan for both
     # then the bursts: 32 keys in flight per worker, the machine's busy CPU per worker-message
     from ddlbench import hostcpu
     from ddlbench.commbench.modes import PS_BURST_BYTES, PS_BURST_KEYS
@@ -131,6 +137,7 @@ def test_ps_mode_pushes_and_pulls_through_the_ps_engine_and_fits_the_ps_wire(tmp
     assert all(r["node_workers"] == 2 and r["ps_topology"] == "per-machine" for r in node)
     for r in bursts + node:
         assert r["keys"] == PS_BURST_KEYS and r["cores"] == hostcpu.cores() and r["bytes"] == 32 * r["key_bytes"]
+        assert r["iters"] == 3  # 32 keys' rounds take far over 0.33 ms: the fewest calls (before: --iters, always)
         # not idle (3 processes exchanging messages), and at most every core over the window
         # (/proc/stat counts whole 10 ms ticks on each core)
         busy = r["cpu_busy_s"] * 3 * 2 * PS_BURST_KEYS
