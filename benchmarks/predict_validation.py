@@ -168,17 +168,25 @@ def profiles_dir(results: str) -> Path:
     return Path(results) / "profiles"
 
 
+# Each calibrating profile is measured this many times and the median kept (profile.measured's
+# `repeats`): measured right after a bench's runs, one of two benches here got a 2-worker profile
+# 33% slower than the other's and than four measured later (15.1-15.4 ms a step), which moved its
+# 2-worker predictions of BSP-A2A, BSP-PS and DDP from +4..+14% to -26..-29%.
+CALIBRATION_REPEATS = 3
+
+
 def setup_profiles(results: str, run: dict, one_worker_run: dict):
     """(one worker alone at the one-worker run's threads, one worker beside W-1 others at the
     W-worker run's threads): the two profiles that rescale the setup's one-worker throughput to
-    what a worker of `run` got (profile.measured; kept in `profiles_dir`)."""
+    what a worker of `run` got (profile.measured, CALIBRATION_REPEATS times each; kept in
+    `profiles_dir`)."""
     from ddlbench.predict import profile
 
     where = profiles_dir(results)
     return (profile.measured(run["model"], run["local_batch"], "cpu", threads=run_threads(one_worker_run),
-                             cache_dir=where),
+                             cache_dir=where, repeats=CALIBRATION_REPEATS),
             profile.measured(run["model"], run["local_batch"], "cpu", threads=run_threads(run), sharers=run["workers"],
-                             cache_dir=where))
+                             cache_dir=where, repeats=CALIBRATION_REPEATS))
 
 
 def setup_key(r: dict) -> tuple:

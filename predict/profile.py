@@ -266,7 +266,7 @@ NEIGHBOUR_START_S = 300.0  # a neighbour builds its model and runs two steps wit
 
 def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, warmup: int = 2,
              cache: bool = True, threads: int | None = None, sharers: int = 1,
-             cache_dir: Path | None = None) -> Profile:
+             cache_dir: Path | None = None, repeats: int = 1) -> Profile:
     """The profile measured on `device` by one worker (PROFILE_FROM=measured): forward and backward
     per layer from the hooks of `_Hooked` (host times on the CPU; on a GPU CUDA events read
     after the window, never a synchronisation in a hook: `_measure`), the medians over at least `iters`
@@ -282,18 +282,22 @@ def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, 
     while this one measures: the device one worker of that run gets (tiny-resnet here: 9 ms per
     step alone at one thread, 10-12 ms beside a second copy, 22-25 ms beside three on two cores).
     No communication runs: it is a one-worker profile on a shared machine, not a multi-worker
-    result. Both are named in the source. Cached per model, batch, device, threads, sharers and
-    window, in `cache_dir` (default CACHE_DIR)."""
+    result. Both are named in the source. `repeats` > 1: measured that many times, one after
+    another, and the one of median compute kept (a window that something else on the machine
+    disturbed, 10-40% slower here, is then outvoted). Cached per model, batch, device, threads,
+    sharers, window and repeats, in `cache_dir` (default CACHE_DIR)."""
     import torch
 
     dev = torch.device(device)
     if sharers < 1 or (sharers > 1 and dev.type != "cpu"):
         raise ValueError(f"sharers={sharers!r} is invalid for device {device!r}; accepted: >= 1 on the cpu, 1 on a "
                          f"GPU (a GPU worker has its own device)")
-    if iters < 1 or warmup < 0:
-        raise ValueError(f"iters={iters}, warmup={warmup} are invalid; accepted: iters >= 1, warmup >= 0")
+    if iters < 1 or warmup < 0 or repeats < 1:
+        raise ValueError(f"iters={iters}, warmup={warmup}, repeats={repeats} are invalid; accepted: iters >= 1, "
+                         f"warmup >= 0, repeats >= 1")
     threads = (threads or torch.get_num_threads()) if dev.type == "cpu" else None
-    key = f"{f'-t{threads}' if threads else ''}{f'-s{sharers}' if sharers > 1 else ''}-w{WINDOW_S:g}"
+    key = f"{f'-t{threads}' if threads else ''}{f'-s{sharers}' if sharers > 1 else ''}-w{WINDOW_S:g}" \
+          f"{f'-r{repeats}' if repeats > 1 else ''}"
     path = Path(cache_dir or CACHE_DIR) / f"{model}-b{local_batch}-{device.replace(':', '')}{key}-measured.json"
     cached = _read_cached(path) if cache else None
     if cached is not None:
@@ -301,17 +305,22 @@ def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, 
     before = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
+    tries = []
     try:
-        with _neighbours(model, local_batch, threads, sharers - 1) as check:
-            out, whole = _measure(model, local_batch, dev, iters, warmup, WINDOW_S)
-            check()
+        for _ in range(repeats):
+            with _neighbours(model, local_batch, threads, sharers - 1) as check:
+                out, whole = _measure(model, local_batch, dev, iters, warmup, WINDOW_S)
+                check()
+            tries.append(replace(out.scaled(local_batch / statistics.mean(whole), ""), iteration_s=whole))
     finally:
         torch.set_num_threads(before)
+    out = sorted(tries, key=lambda p: p.compute_s)[len(tries) // 2]
     beside = f", beside {sharers - 1} more worker(s) running the same step on this machine's cores" if sharers > 1 else ""
-    out = replace(out.scaled(local_batch / statistics.mean(whole), ""), iteration_s=whole)
     hooks = CUDA_HOOKS if dev.type == "cuda" else "hooks"
+    of = (f"; the median compute of {repeats} measurements ("
+          + ", ".join(f"{p.compute_s * 1e3:.1f}" for p in tries) + " ms)") if repeats > 1 else ""
     out.source = f"measured: one worker on {device}{f' at {threads} threads' if threads else ''}{beside}, {hooks}, " \
-                 f"per-layer medians scaled to the mean iteration over >= {iters} iterations and {WINDOW_S:g} s"
+                 f"per-layer medians scaled to the mean iteration over >= {iters} iterations and {WINDOW_S:g} s{of}"
     if cache:
         _write_cached(path, out)
     return out

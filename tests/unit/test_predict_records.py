@@ -290,6 +290,23 @@ def test_validation_predicts_an_mgwfbp_run_with_its_own_start_up_fit(tmp_path, m
                        explain=False)[0][("mg-wfbp", 2)].samples_per_sec != pytest.approx(own)
 
 
+def test_a_profile_measured_several_times_keeps_the_median_one(tmp_path, monkeypatch):
+    """profile.measured(repeats=3): a disturbed window (here the slowest) is outvoted, and the
+    source says which measurements there were."""
+    import contextlib
+
+    fixed = cli.load_profile("tiny-resnet", 8, 100.0)
+    walls = iter([[0.10, 0.10], [0.30, 0.30], [0.12, 0.12]])
+    monkeypatch.setattr(profile, "_neighbours", lambda *a: contextlib.nullcontext(lambda: None))
+    monkeypatch.setattr(profile, "_measure", lambda *a: (fixed, next(walls)))
+    p = profile.measured("tiny-resnet", 8, "cpu", threads=1, cache_dir=tmp_path, repeats=3)
+    assert p.compute_s == pytest.approx(0.12) and p.iteration_s == [0.12, 0.12]
+    assert p.source.endswith("the median compute of 3 measurements (100.0, 300.0, 120.0 ms)")
+    assert [f.name for f in tmp_path.iterdir()] == ["tiny-resnet-b8-cpu-t1-w3-r3-measured.json"]
+    with pytest.raises(ValueError, match="repeats=0 are invalid"):
+        profile.measured("tiny-resnet", 8, "cpu", cache=False, repeats=0)
+
+
 def test_a_bench_keeps_the_profiles_that_calibrate_its_runs_beside_them(tmp_path, monkeypatch, capsys):
     """`--calibrate-only` (the benches' last step) measures the profiles the validation rescales
     each setup with into RESULTS/profiles, and every later validation of those runs reads the
@@ -312,12 +329,14 @@ def test_a_bench_keeps_the_profiles_that_calibrate_its_runs_beside_them(tmp_path
     record.write(tmp_path, {**_measured("ddp", 2, 150.0), "env": {"OMP_NUM_THREADS": "1"}})
     record.write(tmp_path, {**_measured("wfbp-ps", 2, 150.0), "env": {"OMP_NUM_THREADS": "1"}})
     assert validation.main(["--results", str(tmp_path), "--calibrate-only"]) == 0
-    # one worker alone at 2 threads, one beside another at 1: two profiles, the same for both runs
-    assert len(measures) == 2 and "2 measured profile(s)" in capsys.readouterr().out
+    # one worker alone at 2 threads, one beside another at 1: two profiles, the same for both
+    # runs, each the median of CALIBRATION_REPEATS measurements
+    n = 2 * validation.CALIBRATION_REPEATS
+    assert len(measures) == n == 6 and "2 measured profile(s)" in capsys.readouterr().out
     assert sorted(p.name for p in (tmp_path / "profiles").iterdir()) == \
-        ["tiny-resnet-b8-cpu-t1-s2-w3-measured.json", "tiny-resnet-b8-cpu-t2-w3-measured.json"]
+        ["tiny-resnet-b8-cpu-t1-s2-w3-r3-measured.json", "tiny-resnet-b8-cpu-t2-w3-r3-measured.json"]
     shared = validation.local(str(tmp_path), "loopback")[0]
-    assert len(measures) == 2 and sorted(shared) == ["ddp", "wfbp-ps"]  # read, not measured again
+    assert len(measures) == n and sorted(shared) == ["ddp", "wfbp-ps"]  # read, not measured again
     assert not list((tmp_path / "home-cache").glob("*-measured.json"))  # (the roofline's is cached there)
 
 
