@@ -66,8 +66,9 @@ def parse(argv) -> argparse.Namespace:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--seconds-per-size", type=float, default=SECONDS_PER_SIZE,
                     help=f"fewer calls for a size (sizes and ps modes) or a round (fusion, ps bursts) whose "
-                         f"calls are slow, so that its timed calls take about this long (at least {MIN_ITERS}; default {SECONDS_PER_SIZE:g}; 0, or --warmup "
-                         f"0: always --iters), timed on the second of at least two warm-ups")
+                         f"calls are slow, so that its timed calls take about this long (at least {MIN_ITERS}; "
+                         f"default {SECONDS_PER_SIZE:g}; 0, or --warmup 0: always --iters), timed on the second of "
+                         f"at least two warm-ups")
     ap.add_argument("--mode", default="sizes,groups,fusion,ps",
                     help=f"comma list of {', '.join(MODES)} (ps: push/pull through ddlbench's PS engine, W workers + 1 server)")
     ap.add_argument("--group-bytes", default="400", help="groups mode: bytes per all-reduce (seed 002: 10x10 fp32)")
