@@ -351,8 +351,9 @@ def _neighbours(model: str, local_batch: int, threads: int | None, n: int):
 
     try:
         for _ in range(n):
-            procs.append(ctx.Process(target=_neighbour, args=(model, local_batch, threads, ready, stop), daemon=True))
-            procs[-1].start()
+            proc = ctx.Process(target=_neighbour, args=(model, local_batch, threads, ready, stop), daemon=True)
+            proc.start()
+            procs.append(proc)  # once started: joining one that never started would hide why
         deadline, started = time.monotonic() + NEIGHBOUR_START_S, 0
         while started < n:
             if ready.acquire(timeout=0.5):

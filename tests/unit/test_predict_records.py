@@ -307,6 +307,19 @@ def test_a_profile_measured_several_times_keeps_the_median_one(tmp_path, monkeyp
         profile.measured("tiny-resnet", 8, "cpu", cache=False, repeats=0)
 
 
+def test_a_neighbour_that_cannot_start_says_why(monkeypatch):
+    """profile._neighbours: a process that fails to start (no fork left, a spawn error) is the
+    error raised, not 'can only join a started process' from the cleanup joining it."""
+    import multiprocessing as mp
+
+    def refuse(self):
+        raise OSError("Resource temporarily unavailable")
+
+    monkeypatch.setattr(type(mp.get_context("spawn").Process()), "start", refuse)
+    with pytest.raises(OSError, match="Resource temporarily unavailable"):
+        profile.measured("tiny-resnet", 8, "cpu", threads=1, sharers=2, cache=False)
+
+
 def test_a_bench_keeps_the_profiles_that_calibrate_its_runs_beside_them(tmp_path, monkeypatch, capsys):
     """`--calibrate-only` (the benches' last step) measures the profiles the validation rescales
     each setup with into RESULTS/profiles, and every later validation of those runs reads the
