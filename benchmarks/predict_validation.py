@@ -63,15 +63,16 @@ def study(intra: str = "pcie3x16", explain_workers: int = 32, opts=None, comm_un
     truth = published_cells()
     cluster = network.with_intra(network.load("100gbib"), intra) if intra != "pcie3x16" else network.load("100gbib")
     models = sorted({m for m, _, _ in truth})
-    preds, dominant, full = {}, {}, {}
+    full, dominant = {}, {}
     for model in models:
         workers = sorted({w for m, _, w in truth if m == model})
         p, prof, _ = cli.predict(model, workers, cluster, STUDY_METHODS, explain=explain_workers is not None, opts=opts,
                                  comm_uncertainty=comm_uncertainty)
         for (method, w), pr in p.items():
-            preds[(model, method, w)], full[(model, method, w)] = pr.samples_per_sec, pr
+            full[(model, method, w)] = pr
             if w == explain_workers:
                 dominant[(model, method)] = cli.describe(pr.explanation)
+    preds = {k: p.samples_per_sec for k, p in full.items()}
     errs = {k: ape(preds[k], v) for k, v in truth.items()}
     per_method = defaultdict(list)
     for (model, method, w), e in errs.items():

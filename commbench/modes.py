@@ -121,8 +121,8 @@ def fusion(be, spec, emit) -> None:
                 be.barrier()
                 all_reduce_once()
 
-            warmup, iters = warm_up_and_plan(round_once, spec, be.total, be.rank == 0, spec["fusion_warmup"],
-                                             spec["fusion_iters"])
+            warmup, iters = warm_up_and_plan(round_once, spec.get("seconds_per_size", 0), be.total, be.rank == 0,
+                                             spec["fusion_warmup"], spec["fusion_iters"])
             times = []
             busy0, window0 = hostcpu.busy_s(), time.perf_counter()
             for _ in range(iters):
@@ -229,8 +229,8 @@ def _bursts(be, spec, workers, pp, keys_per_size, first_iteration: int):
             dist.barrier(group=workers)
             burst()
 
-        warmup, iters = warm_up_and_plan(synced_burst, spec, _share(workers), be.rank == 0, spec["warmup"],
-                                         spec["iters"])
+        warmup, iters = warm_up_and_plan(synced_burst, spec.get("seconds_per_size", 0), _share(workers), be.rank == 0,
+                                         spec["warmup"], spec["iters"])
         times = []
         busy0, window0 = hostcpu.busy_s(), time.perf_counter()
         for _ in range(iters):
@@ -270,8 +270,8 @@ def _ps_rounds_and_bursts(be, spec, emit, workers, layout) -> None:
             it += 1
 
         dist.barrier(group=workers)
-        warmup, iters = warm_up_and_plan(round_once, spec, _share(workers), be.rank == 0, spec["warmup"],
-                                         spec["iters"])
+        warmup, iters = warm_up_and_plan(round_once, spec.get("seconds_per_size", 0), _share(workers), be.rank == 0,
+                                         spec["warmup"], spec["iters"])
         times = []
         for _ in range(iters):
             t0 = time.perf_counter()

@@ -30,33 +30,33 @@ MIN_ITERS = 3           # timed calls a size gets however slow its calls are (or
 PROBE_WARMUPS = 2       # warm-ups before the one whose time plans the rest: the first sets connections up
 
 
-def calls_for(call_s: float, spec: dict, done: int) -> tuple[int, int]:
+def calls_for(call_s: float, warmup: int, iters: int, budget_s: float, done: int) -> tuple[int, int]:
     """(warm-ups still to make, timed calls) for a size one of whose calls took `call_s`, after
-    `done` warm-ups: --warmup and --iters, but where --iters calls would take longer than
-    --seconds-per-size, as many as fit in it (at least MIN_ITERS), and warm-ups in a quarter of
-    it. On a 100 Mbit/s link a 64 MiB all-reduce takes about 6 s: 105 calls of each large size
-    made one job of make commbench LINK=100mbit outlast its 30-minute timeout."""
-    warm, iters, budget = max(0, spec["warmup"] - done), spec["iters"], spec.get("seconds_per_size", 0)
-    if not budget or call_s <= 0:
+    `done` warm-ups: `warmup` and `iters`, but where `iters` calls would take longer than
+    `budget_s` (--seconds-per-size), as many as fit in it (at least MIN_ITERS), and warm-ups in
+    a quarter of it. On a 100 Mbit/s link a 64 MiB all-reduce takes about 6 s: 105 calls of each
+    large size made one job of make commbench LINK=100mbit outlast its 30-minute timeout."""
+    warm = max(0, warmup - done)
+    if not budget_s or call_s <= 0:
         return warm, iters
-    return min(warm, int(budget / 4 / call_s)), min(iters, max(MIN_ITERS, int(budget / call_s)))
+    return min(warm, int(budget_s / 4 / call_s)), min(iters, max(MIN_ITERS, int(budget_s / call_s)))
 
 
-def warm_up_and_plan(once, spec: dict, share, rank0: bool, warmup: int, iters: int) -> tuple[int, int]:
+def warm_up_and_plan(once, budget_s: float, share, rank0: bool, warmup: int, iters: int) -> tuple[int, int]:
     """Warm up with `once()` (one call, back when it is done on this rank) and say how many timed
-    calls to make: `warmup` and `iters` as asked; with --seconds-per-size (and a warm-up asked
-    for) the last of PROBE_WARMUPS warm-ups is timed and `calls_for` plans the rest, rank 0's plan
-    on every rank (`share(n)`: n summed over the ranks making the calls, which must all make the
+    calls to make: `warmup` and `iters` as asked; with `budget_s` (--seconds-per-size, the
+    spec's `seconds_per_size`) and a warm-up asked for, the last of PROBE_WARMUPS warm-ups is
+    timed and `calls_for` plans the rest, rank 0's plan on every rank (`share(n)`: n summed over the ranks making the calls, which must all make the
     same ones). Returns (warm-ups made, timed calls). The sizes sweep and the fusion and ps modes
     share it: a 2 MiB ps burst takes 0.4 s at 100 Mbit/s, 105 of them 45 s a worker count."""
-    probe = PROBE_WARMUPS if spec.get("seconds_per_size") and warmup else 0
+    probe = PROBE_WARMUPS if budget_s and warmup else 0
     for _ in range(warmup if not probe else probe - 1):
         once()
     if not probe:
         return warmup, iters
     t0 = time.perf_counter()
     once()
-    warm, n = calls_for(time.perf_counter() - t0, {**spec, "warmup": warmup, "iters": iters}, probe)
+    warm, n = calls_for(time.perf_counter() - t0, warmup, iters, budget_s, probe)
     warm, n = share(warm if rank0 else 0), share(n if rank0 else 0)
     for _ in range(warm):
         once()
@@ -235,7 +235,8 @@ def measure(be, coll, dtype, nbytes: int, spec) -> dict:
         be.sync()
 
     # with a time limit and any warm-up asked for, at least PROBE_WARMUPS (--warmup 0: cold calls, as asked)
-    warmup, iters = warm_up_and_plan(once, spec, be.total, be.rank == 0, spec["warmup"], spec["iters"])
+    warmup, iters = warm_up_and_plan(once, spec.get("seconds_per_size", 0), be.total, be.rank == 0, spec["warmup"],
+                                     spec["iters"])
     be.barrier()
     times = timed_calls(be, coll, inp, out, iters)
     times = be.slowest(times)

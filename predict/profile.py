@@ -307,11 +307,11 @@ def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, 
         torch.set_num_threads(threads)
     tries = []
     try:
-        for _ in range(repeats):
-            with _neighbours(model, local_batch, threads, sharers - 1) as check:
+        with _neighbours(model, local_batch, threads, sharers - 1) as check:  # started once for every repeat
+            for _ in range(repeats):
                 out, whole = _measure(model, local_batch, dev, iters, warmup, WINDOW_S)
                 check()
-            tries.append(replace(out.scaled(local_batch / statistics.mean(whole), ""), iteration_s=whole))
+                tries.append(replace(out.scaled(local_batch / statistics.mean(whole), ""), iteration_s=whole))
     finally:
         torch.set_num_threads(before)
     out = sorted(tries, key=lambda p: p.compute_s)[len(tries) // 2]

@@ -77,13 +77,13 @@ def test_a_slow_size_gets_the_calls_that_fit_its_time_and_a_fast_one_all_of_them
     commbench LINK=100mbit outlast its 30-minute timeout."""
     from ddlbench.commbench.worker import MIN_ITERS, calls_for
 
-    spec = {"warmup": 5, "iters": 100, "seconds_per_size": 2.0}
-    assert calls_for(0.0005, spec, done=2) == (3, 100)  # fast: every call asked for
-    assert calls_for(0.05, spec, done=2) == (3, 40)     # 40 calls fill 2 s; warm-ups fit in 0.5 s
-    assert calls_for(0.2, spec, done=2) == (2, 10)
-    assert calls_for(5.8, spec, done=2) == (0, MIN_ITERS)  # however slow, a few to average
-    assert calls_for(5.8, {**spec, "iters": 1}, done=2) == (0, 1)  # never more than asked
-    assert calls_for(5.8, {**spec, "seconds_per_size": 0}, done=2) == (3, 100)  # 0: as asked
+    spec = {"warmup": 5, "iters": 100, "budget_s": 2.0}
+    assert calls_for(0.0005, **spec, done=2) == (3, 100)  # fast: every call asked for
+    assert calls_for(0.05, **spec, done=2) == (3, 40)     # 40 calls fill 2 s; warm-ups fit in 0.5 s
+    assert calls_for(0.2, **spec, done=2) == (2, 10)
+    assert calls_for(5.8, **spec, done=2) == (0, MIN_ITERS)  # however slow, a few to average
+    assert calls_for(5.8, **{**spec, "iters": 1}, done=2) == (0, 1)  # never more than asked
+    assert calls_for(5.8, **{**spec, "budget_s": 0}, done=2) == (3, 100)  # 0: as asked
 
 
 def test_timed_calls_cover_the_whole_loop_one_time_per_call(monkeypatch):
