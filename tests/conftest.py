@@ -8,8 +8,13 @@ timeouts, not CPU. A worker takes a whole test module at a time, so a module's s
 (module- and session-scoped fixtures) are made once; tests/emulated, which shares one emulated
 cluster per machine, goes to one worker as a whole; tests/gpu, which shares no fixtures, goes
 test by test, but for its tests that time the GPU, which go to one worker together so that
-they do not time each other (`scope_of`). (xdist's `--dist loadgroup` would do this with
+they do not time each other (`scope_of`), and which hold the GPU alone while they run: the other
+GPU tests' launches would otherwise run kernels beside them (`gpu_turn`). (xdist's `--dist loadgroup` would do this with
 markers, but it rewrites `item._nodeid`, which pytest 9 no longer reads.)"""
+import contextlib
+import fcntl
+from pathlib import Path
+
 import pytest
 
 try:
@@ -47,6 +52,37 @@ if LoadScopeScheduling is not None:
     @pytest.hookimpl(optionalhook=True)  # `pytest -p no:xdist` has no such hook: then it is not called
     def pytest_xdist_make_scheduler(config, log):
         return ModuleScheduling(config, log)
+
+
+@contextlib.contextmanager
+def gpu_turn(lock_dir: Path, alone: bool):
+    """Hold the GPU, shared with the other GPU tests (`alone=False`) or alone (a GPU_TIMING
+    test), across every pytest(-xdist) process that uses `lock_dir`. Two flock files: a test
+    that wants the GPU alone takes the turnstile and keeps it while it waits for the shared
+    holders to finish, so no new shared holder gets in meanwhile (it would never be its turn
+    while the other workers keep starting GPU tests)."""
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with open(lock_dir / "gpu.turnstile", "a") as turnstile, open(lock_dir / "gpu.lock", "a") as gpu:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(gpu, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(gpu, fcntl.LOCK_UN)
+
+
+@pytest.fixture(autouse=True)
+def _gpu_turn(request, tmp_path_factory):
+    """Every GPU test holds the GPU: the timing ones alone (`gpu_turn`). The lock files sit in
+    the directory every xdist worker's base temp dir shares."""
+    if "gpu" not in request.keywords:
+        yield
+        return
+    with gpu_turn(tmp_path_factory.getbasetemp().parent / "gpu-turn", request.node.nodeid.startswith(GPU_TIMING)):
+        yield
 
 
 def pytest_collection_modifyitems(config, items):

@@ -48,3 +48,43 @@ def test_every_gpu_timing_entry_names_a_test():
     for entry in _conftest().GPU_TIMING:
         path, name = entry.split("::")
         assert re.search(rf"^def {re.escape(name)}", (REPO / path).read_text(), re.M), entry
+
+
+def test_a_gpu_timing_test_holds_the_gpu_alone_and_gets_its_turn(tmp_path):
+    """gpu_turn: shared holders run side by side; one that wants the GPU alone waits for them,
+    and shared holders that come while it waits wait behind it (else, with xdist's workers
+    starting GPU tests one after another, its turn might never come)."""
+    import threading
+    import time
+
+    gpu_turn = _conftest().gpu_turn
+    order, first_in = [], threading.Event()
+    release_first = threading.Event()
+
+    def hold(name, alone, release=None, entered=None):
+        with gpu_turn(tmp_path, alone):
+            order.append(f"{name} in")
+            if entered is not None:
+                entered.set()
+            if release is not None:
+                release.wait(10)
+            else:
+                time.sleep(0.05)
+            order.append(f"{name} out")
+
+    first = threading.Thread(target=hold, args=("shared1", False, release_first, first_in))
+    first.start()
+    assert first_in.wait(10)
+    with gpu_turn(tmp_path, False):  # a second shared holder gets in beside the first
+        order.append("shared2 in+out")
+    timing = threading.Thread(target=hold, args=("alone", True))
+    timing.start()
+    time.sleep(0.3)  # the timing test now waits for shared1, holding the turnstile
+    late = threading.Thread(target=hold, args=("shared3", False))
+    late.start()
+    time.sleep(0.3)
+    assert order == ["shared1 in", "shared2 in+out"]  # neither the timing test nor the late one is in
+    release_first.set()
+    for t in (first, timing, late):
+        t.join(10)
+    assert order == ["shared1 in", "shared2 in+out", "shared1 out", "alone in", "alone out", "shared3 in", "shared3 out"]
