@@ -67,10 +67,12 @@ but for PS on the emulated cluster's links, below):
   takes m x (the messages' CPU per machine) / cores longer (`host_cpu_s`), gradients appearing
   proportionally later. The last message's round is still timed whole after backward (the PS
   link's alpha and beta, measured on the same cores): its CPU counts twice. All-reduces that
-  leave during backward (WFBP, MG-WFBP, DDP's buckets, ByteScheduler), but the one that leaves
-  with its last gradient, likewise cost every worker the CPU commbench's fusion bursts measured
-  per all-reduce at the run's worker count (Gloo's threads, the kernel's networking), and
-  backward takes W x that / cores longer;
+  leave during backward (WFBP, MG-WFBP, DDP's buckets, ByteScheduler) likewise cost every worker
+  the CPU commbench's fusion bursts measured per all-reduce at the run's worker count (Gloo's
+  threads, the kernel's networking), and backward takes W x that / cores longer: for WFBP,
+  MG-WFBP and DDP, each all-reduce's CPU spread over the time it runs and counted for the share
+  that runs before backward ends (`allreduce_cpu_in_backward_s`); for ByteScheduler, every
+  partition's but those that leave with backward's last gradient;
 - a per-machine PS node of several workers on one machine's cores (a local run): its stage per
   message is at least what make commbench's node bursts took per key (`Cluster.node_ps_s`: the
   node's reduce, the leader's control message, push, pull and broadcast, as the runtime's
@@ -112,8 +114,10 @@ ByteScheduler machinery (its busy polling thread and the GIL, its per-parameter 
 its one-GPU rows ran without ByteScheduler (off at size 1), so no one-worker run gives its cost,
 and its ByteScheduler-A2A is predicted too fast; stragglers where the profile is the roofline's
 (no measured spread), and workers' iterations that vary together; the servers' CPU beyond summing,
-except on shared cores (above); the CPU of Gloo's all-reduces on shared cores (they are timed
-whole by commbench, but not charged to the compute they overlap). One scheduling step of our
+except on shared cores (above); concurrent all-reduces overlapping their start-ups (`Lanes`
+slows a whole collective, latency too: on the emulated 1 Gbit/s link a burst of tiny-resnet's 29
+per-tensor all-reduces took 57 ms, longer than the 45 ms they take one at a time, which lanes
+that overlap start-ups cannot give at any speed). One scheduling step of our
 CreditQueue (push, pop, release) costs 0.47 us per partition on this project's CPU (measured with
 timeit over 400 partitions), so the queue's own cost is left out.
 
@@ -420,9 +424,9 @@ class Lanes:
         self.seq = self.version = 0
         self.last = 0.0
 
-    def submit(self, dur_s: float, on_done) -> None:
+    def submit(self, dur_s: float, on_done, on_start=None) -> None:
         self._advance()
-        self.fifo.append((dur_s, on_done))
+        self.fifo.append((dur_s, on_done, on_start))
         self._fill()
         self._schedule()
 
@@ -440,9 +444,11 @@ class Lanes:
     def _fill(self) -> None:
         while self.fifo and len(self.running) < self.lanes:
             self.seq += 1
-            dur, on_done = self.fifo.popleft()
+            dur, on_done, on_start = self.fifo.popleft()
             if callable(dur):  # a duration that depends on when the job starts (a Bucket's tokens)
                 dur = dur(self.sim.now)
+            if on_start is not None:
+                on_start(self.sim.now)
             self.running[self.seq] = [dur, on_done]
 
     def _schedule(self) -> None:
@@ -510,13 +516,14 @@ class AllReduceComm:
         self.bucket = ring_bucket(cluster, workers, algorithm)  # each collective meets it as it starts
         self.stream = None if self.lanes else Station(sim, bucket=self.bucket)
 
-    def send(self, nbytes: int, extra_s: float, on_done) -> None:
+    def send(self, nbytes: int, extra_s: float, on_done, on_start=None) -> None:
         w = self.workers
         dur = self.cluster.allreduce_s(nbytes, w, self.algorithm)
         if self.lanes is not None:
-            self.lanes.submit(timed(self.bucket, ring_link_bytes(nbytes, w), dur, extra_s), on_done)
+            self.lanes.submit(timed(self.bucket, ring_link_bytes(nbytes, w), dur, extra_s), on_done, on_start)
             return
-        self.stream.submit((self.stream.timed(ring_link_bytes(nbytes, w), dur, extra_s), 0.0, None, on_done))
+        self.stream.submit((self.stream.timed(ring_link_bytes(nbytes, w), dur, extra_s), 0.0,
+                            None if on_start is None else (lambda now, end: on_start(now)), on_done))
 
 
 class HorovodCycle:
@@ -942,6 +949,8 @@ def simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opts
     if wait > 1:
         profile = profile.slower(wait)  # every step waits for the slowest worker's compute
     cpu_s = host_cpu_s(p, profile, cluster, workers, cfg, opts)
+    if cpu_s and not p.ps and not p.bytescheduler:  # only what runs during backward takes its cores
+        cpu_s = allreduce_cpu_in_backward_s(p, profile, cluster, workers, cfg, opts)
     if cpu_s:
         profile = stretched_backward(profile, cpu_s)
     if p.ps and not p.bytescheduler and opts.server_contention and fifo_pulls(cluster, workers):
@@ -1076,7 +1085,8 @@ def host_cpu_s(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg: d
     reduce and broadcast over the g workers included). All-reduce: every worker's all-reduces
     (`HostCpu.allreduce_s`, at the run's worker count) over the cores, but those that leave with
     backward's last gradient, when no compute is left to wait (the PS messages' rule still
-    counts them). Only for messages
+    counts them): ByteScheduler's charge, and the bound that `allreduce_cpu_in_backward_s`
+    refines for the other all-reduce methods. Only for messages
     that leave during backward (WFBP, MG-WFBP, DDP's buckets, ByteScheduler): BSP's leave after
     it, when no compute needs the cores, and their cost is the link's, timed on the same cores.
     0 elsewhere."""
@@ -1102,6 +1112,40 @@ def host_cpu_s(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg: d
     return pushers(cluster, workers, cfg, opts) * per_pusher / hc.cores
 
 
+def allreduce_cpu_in_backward_s(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg: dict,
+                                 opts: Options) -> float:
+    """`host_cpu_s` for all-reduces that leave during backward (WFBP, MG-WFBP, DDP's buckets),
+    counting each one's CPU (`HostCpu.allreduce_s`, spread evenly over the time it runs, from
+    its start on its stream or lane to its end, not from its launch) only for the share that
+    runs before backward ends: what runs after it finds no compute to take the cores from.
+    Backward, stretched by the charge, overlaps more of them, so the charge is the fixed point
+    of charge -> that share's CPU, reached from 0 (the least one; each step adds less than the
+    last)."""
+    hc = cluster.host_cpu
+    sync_s = buffer_sync_s(profile, cluster, workers, opts) if p.buffer_sync else 0.0
+    charge = 0.0
+    for _ in range(CPU_FIXED_POINT_STEPS):
+        stretched = stretched_backward(profile, charge) if charge else profile
+        b0 = sync_s + stretched.forward_s
+        b_end = b0 + stretched.backward_s
+        spans: list = []
+        _communicate(p, stretched, cluster, workers, cfg, opts, b0, b_end, spans)
+        cpu = 0.0
+        for start, end, nbytes in spans:
+            share = (max(0.0, min(end, b_end) - max(start, b0)) / (end - start) if end > start
+                     else float(start < b_end))
+            cpu += hc.allreduce_s(nbytes, workers) * share
+        new = workers * cpu / hc.cores
+        if abs(new - charge) <= CPU_FIXED_POINT_TOL_S:
+            return new
+        charge = new
+    return charge
+
+
+CPU_FIXED_POINT_STEPS = 30   # `allreduce_cpu_in_backward_s`' iterations at most
+CPU_FIXED_POINT_TOL_S = 1e-7
+
+
 def stretched_backward(profile: Profile, extra_s: float) -> Profile:
     """`profile` with backward `extra_s` longer, every gradient appearing proportionally later."""
     k = (profile.backward_s + extra_s) / profile.backward_s if profile.backward_s > 0 else 1.0
@@ -1109,9 +1153,10 @@ def stretched_backward(profile: Profile, extra_s: float) -> Profile:
 
 
 def _communicate(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg: dict, opts: Options,
-                 b0: float, b_end: float) -> list[float]:
+                 b0: float, b_end: float, spans: list | None = None) -> list[float]:
     """One iteration's communication from backward start b0: when each parameter's averaged
-    gradient is in place (absolute times)."""
+    gradient is in place (absolute times). `spans`, where given, gets each all-reduce's
+    (start, end, bytes): from when it starts running, not from its launch."""
     sim = Sim()
     n = len(profile.names)
     done = [b_end] * n
@@ -1177,8 +1222,19 @@ def _communicate(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg:
                 done[i] = sim.now
         if p.ps:
             sim.at(launch + pack, comm.send, g, None, finished)
-        else:
+        elif spans is None:
             sim.at(launch, comm.send, nbytes, pack, finished)
+        else:
+            span = [0.0, 0.0, nbytes]
+            spans.append(span)
+
+            def started(now, span=span):
+                span[0] = now
+
+            def ended(members=members, span=span):
+                span[1] = sim.now
+                finished(members)
+            sim.at(launch, comm.send, nbytes, pack, ended, started)
     sim.run()
     return done
 

@@ -422,6 +422,26 @@ def test_all_reduces_during_backward_take_the_shared_cores_from_it():
     assert simulate.explain("wfbp-a2a", toy(), shared, 2)["shares_s"]["cpu"] == pytest.approx(1.0)
 
 
+def test_only_the_share_of_an_all_reduce_that_runs_during_backward_takes_its_cores():
+    """Each all-reduce 2 s on the stream and 1 s of CPU per worker (2 workers, 2 cores): a
+    message's CPU is spread over the time it runs, and only what runs before backward ends
+    takes the compute's cores. With a charge of x, backward is 3 + x (k = (3 + x) / 3): p2's
+    all-reduce runs [1 + k, 3 + k], all within backward; p1's, ready at 1 + 2k, waits for the
+    stream and runs [3 + k, 5 + k], its first 2k - 2 s within backward (ends at 1 + 3k); so
+    x = 1 + (k - 1) = k, x = 1.5 and k = 1.5. p0's leaves at backward's end, 5.5, and runs
+    [6.5, 8.5]. Counting both earlier messages whole (x = 2) would end at 8 2/3."""
+    alone = Cluster("toy", intra=None, inter=Link(0.5, 2.5e-5), gpus_per_node=1)
+    shared = replace(alone, host_cpu=HostCpu(cores=2, s_per_message=0.0,
+                                              allreduce={2: {"s_per_message": 1.0, "s_per_byte": 0.0}}))
+    assert period("wfbp-a2a", toy(), alone) == pytest.approx(8.0)  # [2, 4], [4, 6], [6, 8]
+    plan = simulate.plan_for("wfbp-a2a", toy(), shared, 2, simulate.Options())
+    cfg = simulate.method_config("wfbp-a2a")
+    assert simulate.host_cpu_s(plan, toy(), shared, 2, cfg, simulate.Options()) == pytest.approx(2.0)  # the bound
+    assert simulate.allreduce_cpu_in_backward_s(plan, toy(), shared, 2, cfg, simulate.Options()) == \
+        pytest.approx(1.5, abs=1e-6)
+    assert period("wfbp-a2a", toy(), shared) == pytest.approx(8.5, abs=1e-6)
+
+
 def test_ps_messages_take_the_shared_cores_from_backward():
     """Workers and servers on one machine's 2 cores, each PS message 0.5 s of its CPU: the 2
     workers' 3 WFBP-PS messages (3 s of CPU) make backward 1.5 s longer, each gradient later in
@@ -578,13 +598,14 @@ def test_lanes_run_two_collectives_at_once_each_at_the_shared_speed_by_hand():
     submission order, each at the shared speed while both run, alone at full speed."""
     sim = simulate.Sim()
     lanes = simulate.Lanes(sim, 2, 0.75)
-    ends = {}
+    ends, starts = {}, {}
     for name, d in (("a", 3.0), ("b", 1.0), ("c", 2.0)):
-        lanes.submit(d, lambda name=name: ends.setdefault(name, sim.now))
+        lanes.submit(d, lambda name=name: ends.setdefault(name, sim.now), lambda now, name=name: starts.setdefault(name, now))
     # a and b at 0.75: b ends at 1/0.75; a has 2 left and c starts: both end 2/0.75 later
     sim.at(5.0, lanes.submit, 0.5, lambda: ends.setdefault("d", sim.now))  # alone: full speed
     sim.run()
     assert ends == pytest.approx({"b": 4 / 3, "a": 4.0, "c": 4.0, "d": 5.5})
+    assert starts == pytest.approx({"a": 0.0, "b": 0.0, "c": 4 / 3})  # c waited for a free lane
     # one running alone, then a second arrives: the first's rest is shared from then on
     sim = simulate.Sim()
     lanes = simulate.Lanes(sim, 2, 0.5)
