@@ -225,7 +225,7 @@ bench-emulated: install
 # (or the local-<hostname> that make commbench wrote; WORKERS=4 also times the 4-worker all-reduce,
 # COLLECTIVES=all_reduce,reduce,broadcast the reduce and broadcast inside a per-machine PS node,
 # CB_MODE=sizes,fusion,ps FUSION_MODELS=tiny-resnet,resnet50 the speed of Gloo's two concurrent
-# all-reduces).
+# all-reduces, from their per-tensor all-reduces launched one every FUSION_PACE_MS, 0.4 by default).
 bench-local: install
 	$(call bench_many,results_dir=$(RESULTS)/local)
 	$(call bench_one,results_dir=$(RESULTS)/local)
@@ -253,7 +253,7 @@ commbench: install
 	$(PY) -m ddlbench.commbench --workers $(CB_WORKERS) --backends $(BACKENDS) --collectives $(COLLECTIVES) \
 		--dtypes $(DTYPES) --devices $(DEVICES) --max-bytes $(MAX_BYTES) $(if $(ITERS),--iters $(ITERS)) \
 		$(if $(SECONDS_PER_SIZE),--seconds-per-size $(SECONDS_PER_SIZE)) --mode $(CB_MODE) --results $(RESULTS) \
-		--fusion-models $(FUSION_MODELS) \
+		--fusion-models $(FUSION_MODELS) $(if $(FUSION_PACE_MS),--fusion-pace-ms $(FUSION_PACE_MS)) \
 		$(if $(LINK),--link $(LINK)) $(if $(filter slurm,$(CLUSTER)),--slurm $(if $(PARTITION),--partition $(PARTITION)) \
 		$(if $(TIME_MIN),--time-min $(TIME_MIN)) $(foreach o,$(SBATCH),--sbatch $(o)))
 

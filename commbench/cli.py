@@ -18,6 +18,7 @@ from pathlib import Path
 from ddlbench import record
 from ddlbench.commbench.backends import BACKENDS, mpiexec, why_unavailable
 from ddlbench.commbench.collectives import COLLECTIVES, DTYPES
+from ddlbench.commbench.modes import FUSION_PACE_S
 from ddlbench.commbench.worker import MIN_ITERS, SECONDS_PER_SIZE
 
 DEVICES = ("cpu", "cuda")
@@ -74,6 +75,10 @@ def parse(argv) -> argparse.Namespace:
     ap.add_argument("--group-bytes", default="400", help="groups mode: bytes per all-reduce (seed 002: 10x10 fp32)")
     ap.add_argument("--fusion-models", default="resnet50,bert-base")
     ap.add_argument("--fusion-iters", type=int, default=10)
+    ap.add_argument("--fusion-pace-ms", type=float, default=FUSION_PACE_S * 1e3,
+                    help=f"fusion mode: also launch the per-tensor all-reduces one every this many ms "
+                         f"(per_tensor_paced), as WFBP does during backward; the predictor's lane speed comes "
+                         f"from these rounds (default {FUSION_PACE_S * 1e3:g}; 0: no paced round)")
     ap.add_argument("--results", default="results")
     ap.add_argument("--network-name", default=None,
                     help="write conf/network/NAME.yaml from the 2-worker all-reduce (default local-<hostname>; 'none': do not)")
@@ -106,6 +111,8 @@ def parse(argv) -> argparse.Namespace:
         raise BadInput(f"seconds-per-size={a.seconds_per_size:g} is invalid; accepted: seconds >= 0 (0: always --iters)")
     if a.fusion_iters < 1:
         raise BadInput(f"fusion-iters={a.fusion_iters} is invalid; accepted: >= 1")
+    if not 0 <= a.fusion_pace_ms < 1000:
+        raise BadInput(f"fusion-pace-ms={a.fusion_pace_ms:g} is invalid; accepted: 0 <= ms < 1000 (0: no paced round)")
     if not a.timeout > 0:
         raise BadInput(f"timeout={a.timeout:g} is invalid; accepted: seconds > 0")
     if "fusion" in a.modes:
@@ -423,7 +430,8 @@ def main(argv=None) -> int:
     spec = {"collectives": a.collectives, "dtypes": a.dtypes, "min_bytes": a.min_bytes, "max_bytes": a.max_bytes,
             "factor": a.factor, "iters": a.iters, "warmup": a.warmup, "seconds_per_size": a.seconds_per_size,
             "group_bytes": a.group_bytes,
-            "fusion_models": a.fusion_models.split(","), "fusion_iters": a.fusion_iters, "fusion_warmup": 2}
+            "fusion_models": a.fusion_models.split(","), "fusion_iters": a.fusion_iters, "fusion_warmup": 2,
+            "fusion_pace_s": a.fusion_pace_ms / 1e3}
     from ddlbench.commbench.slurm import StillRunning
 
     from ddlbench.launch.local import signal_of, terminations

@@ -7,7 +7,10 @@ contention, not the network: the record says how many cores there were.
 
 fusion (seed 003): a model's gradients (shapes from the model built on the meta device)
 all-reduced three ways: one call per tensor (all launched, then all waited), fused into one
-flat buffer (copies in and out included), and DDP-style 25 MiB buckets. Each row also carries
+flat buffer (copies in and out included), DDP-style 25 MiB buckets, and the per-tensor calls
+launched one every --fusion-pace-ms (`per_tensor_paced`, `pace_s`, FUSION_PACE_S; the worker
+sleeps between launches, so the cores are the collectives'), as WFBP launches them while
+backward computes, where the first way launches them at once. Each row also carries
 the machine's busy CPU per worker and round (`cpu_busy_s`, /proc/stat between the barriers
 around the timed rounds, each round's barrier included) and `cores`: what an all-reduce costs
 the cores that a local run's or the emulated cluster's workers share (network.HostCpu.allreduce).
@@ -86,23 +89,39 @@ def gradient_numels(model_name: str) -> list[int]:
     return [p.numel() for p in w.model.parameters() if p.requires_grad][::-1]  # gradient-ready order
 
 
+# The paced round's launch interval: about a backward pass's time per gradient tensor (tiny-resnet
+# on this project's 2 cores, 10.4 ms for 29 tensors: 0.36 ms; ResNet-50 on a GPU, tens of ms for
+# 161). The predictor fits the lane speed with the same pace, so it need not match a run's.
+FUSION_PACE_S = 4e-4
+
+
 def fusion(be, spec, emit) -> None:
     dist = be.dist
     for model in spec["fusion_models"]:
         numels = gradient_numels(model)
         grads = [torch.ones(n, device=be.device) for n in numels]
         total = sum(numels)
+        per_tensor = [[i] for i in range(len(numels))]
         strategies = {
-            "per_tensor": [[i] for i in range(len(numels))],
+            "per_tensor": per_tensor,
             "fused": [list(range(len(numels)))],
             "buckets_25MiB": fuse_by_threshold([4 * n for n in numels], 25 * 2**20),  # DDP's default cap
         }
+        pace_s = float(spec.get("fusion_pace_s") or 0.0)
+        if pace_s:  # as WFBP launches them while backward computes: one every pace_s
+            strategies["per_tensor_paced"] = per_tensor
         for name, groups_ in strategies.items():
             buffers = [torch.empty(sum(numels[i] for i in g), device=be.device) if len(g) > 1 else None for g in groups_]
+            pace = pace_s if name == "per_tensor_paced" else 0.0
 
             def all_reduce_once() -> None:
                 works = []
-                for g, buf in zip(groups_, buffers):
+                start = time.perf_counter()
+                for k, (g, buf) in enumerate(zip(groups_, buffers)):
+                    if pace:  # sleep, not spin: the cores stay the collectives' own
+                        wait = start + k * pace - time.perf_counter()
+                        if wait > 0:
+                            time.sleep(wait)
                     if buf is None:
                         works.append(dist.all_reduce(grads[g[0]], async_op=True))
                     else:
@@ -143,6 +162,7 @@ def fusion(be, spec, emit) -> None:
             all_reduce_once()
             wrong = sum(int((grad != be.n * (be.n + 1) // 2).sum().item()) for grad in grads)
             emit({"mode": "fusion", "model": model, "strategy": name, "messages": len(groups_), "tensors": len(numels),
+                  **({"pace_s": pace} if pace else {}),
                   "collective": "all_reduce", "dtype": "fp32", "device": spec["device"], "workers": be.n,
                   "wrong": be.total(wrong), **cpu, **summarize(times, total * 4, "all_reduce", be.n), "warmup": warmup})
 

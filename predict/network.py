@@ -573,7 +573,7 @@ def _gradient_numels(model: str) -> tuple[int, ...]:
 def emulated_lanes(cluster: "Cluster", data: dict) -> dict:
     """{ranks: speed} of Gloo's concurrent all-reduces on an emulated network, from make commbench's
     bursts across its hosts (`data_lanes`: each model's per-tensor all-reduces launched at once,
-    `measured_s`; one rank per host, the placement of runs with one worker per host), each
+    or one every `pace_s` where commbench paced them, `measured_s`; one rank per host, the placement of runs with one worker per host), each
     all-reduce's time alone taken as the simulator takes it on this cluster (the tc rate's wire):
     the speeds commbench wrote are relative to its fit's slope, which this network does not use."""
     from ddlbench.predict.simulate import lane_speed, ring_link_bytes  # simulate imports this module
@@ -585,7 +585,8 @@ def emulated_lanes(cluster: "Cluster", data: dict) -> dict:
             numels = _gradient_numels(model)
             alone = [cluster.allreduce_s(4 * n, int(ranks), "ring") for n in numels]  # fp32
             speeds.append(lane_speed(alone, float(d["measured_s"]), GLOO_THREADS, cluster.inter,
-                                     [ring_link_bytes(4 * n, int(ranks)) for n in numels]))
+                                     [ring_link_bytes(4 * n, int(ranks)) for n in numels],
+                                     float(d.get("pace_s") or 0.0)))
         if speeds:
             out[int(ranks)] = statistics.median(speeds)
     return out
@@ -710,8 +711,11 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
     if lanes:
         out["inter"]["allreduce"]["lane_speed_by_ranks"] = {w: speed for w, (speed, _) in lanes.items()}
         out["sources"]["lanes"] = (
-            f"{source}: commbench's fusion mode, each model's per-tensor fp32 all-reduces launched at once, then "
-            f"waited ({backend} on {device}); the speed of each of Gloo's {GLOO_THREADS} concurrent all-reduces "
+            f"{source}: commbench's fusion mode, each model's per-tensor fp32 all-reduces launched "
+            + ("one every " + ", ".join(sorted({f"{d['pace_s'] * 1e3:g} ms" for _, pm in lanes.values()
+                                                for d in pm.values() if d.get("pace_s")})) + " where paced, else "
+               if any(d.get("pace_s") for _, pm in lanes.values() for d in pm.values()) else "")
+            + f"at once, then waited ({backend} on {device}); the speed of each of Gloo's {GLOO_THREADS} concurrent all-reduces "
             f"(simulate.lane_speed) at which that burst, each all-reduce timed alone by the fit above, takes the "
             f"measured time; the median over models: "
             + "; ".join(f"{w} workers {speed:.3f}" for w, (speed, _) in lanes.items()))
@@ -803,25 +807,35 @@ def _by_ranks(rows: list[dict], backend: str, collective: str = "all_reduce") ->
 def _lane_speeds(rows: list[dict], backend: str, two: tuple[float, float], by_ranks: dict) -> dict:
     """{workers: (speed, {model: data})}: for every worker count whose all-reduce has a fit (2:
     `two`; more: `by_ranks`) and whose fusion mode timed a model's per-tensor all-reduces (fp32,
-    `backend`), the lane speed (simulate.lane_speed) of each model's burst, measured as the median
-    over repeated records of the mean time, and the median over models."""
+    `backend`), the lane speed (simulate.lane_speed) of each model's round, measured as the median
+    over repeated records of the mean time, and the median over models. The paced rounds
+    (`per_tensor_paced`: one launch every `pace_s`, as WFBP and ByteScheduler launch during
+    backward) where that worker count has any, else the bursts (all launched at once): Gloo's
+    all-reduces overlap more when they trickle out than when launched together (emulated 1
+    Gbit/s, tiny-resnet, 2 workers: 24-37 ms paced at 0.4 ms against 37-51 ms at once, three
+    runs), which one speed cannot give both ways, and the runs launch as the paced round does."""
     from ddlbench.commbench.modes import gradient_numels
     from ddlbench.predict.simulate import lane_speed  # simulate imports this module
 
     fits = {2: two, **{w: (fa, fb) for w, (_, _, fa, fb) in by_ranks.items()}}
-    bursts = [r for r in rows if r.get("mode") == "fusion" and r.get("strategy") == "per_tensor"
+    rounds = [r for r in rows if r.get("mode") == "fusion" and r.get("strategy") in ("per_tensor", "per_tensor_paced")
               and r.get("dtype") == "fp32" and r.get("backend") == backend and r.get("workers") in fits
               and r.get("time_us") and not r.get("wrong") and "error" not in r]
     out = {}
-    for w in sorted({r["workers"] for r in bursts}):
+    for w in sorted({r["workers"] for r in rounds}):
         a, b = fits[w]
+        mine = [r for r in rounds if r["workers"] == w]
+        paced = [r for r in mine if r["strategy"] == "per_tensor_paced" and r.get("pace_s")]
+        use = paced or mine
         per_model = {}
-        for model in sorted({r["model"] for r in bursts if r["workers"] == w}):
-            measured_s = statistics.median(float(r["time_us"]) * 1e-6 for r in bursts
-                                           if r["workers"] == w and r["model"] == model)
+        for model in sorted({r["model"] for r in use}):
+            of_model = [r for r in use if r["model"] == model]
+            measured_s = statistics.median(float(r["time_us"]) * 1e-6 for r in of_model)
+            pace_s = float(statistics.median(float(r.get("pace_s") or 0.0) for r in of_model))
             alone = [Link(a, b).time_s(4 * n) for n in gradient_numels(model)]  # fp32
             per_model[model] = {"tensors": len(alone), "measured_s": measured_s, "alone_s": sum(alone),
-                                "speed": lane_speed(alone, measured_s, GLOO_THREADS)}
+                                "speed": lane_speed(alone, measured_s, GLOO_THREADS, pace_s=pace_s),
+                                **({"pace_s": pace_s} if pace_s else {})}
         out[w] = (statistics.median(m["speed"] for m in per_model.values()), per_model)
     return out
 
@@ -860,8 +874,9 @@ def _allreduce_cpu_fits(rows: list[dict], backend: str) -> dict:
     (`cpu_busy_s`: the machine's busy CPU per worker and round): c = a (messages + 1) + b bytes,
     the + 1 the round's barrier, by least relative squares with a, b >= 0 (the median over
     repeated records of each model and strategy), for every worker count with two rounds of
-    different shapes or more. A round too short for /proc/stat's ticks reads 0 and is left out."""
-    bursts = [r for r in rows if r.get("mode") == "fusion" and r.get("device") == "cpu"
+    different shapes or more. A round too short for /proc/stat's ticks reads 0 and is left out;
+    so is a paced round (`per_tensor_paced`), whose window is mostly the worker's sleep."""
+    bursts = [r for r in rows if r.get("mode") == "fusion" and r.get("device") == "cpu" and not r.get("pace_s")
               and r.get("backend") == backend and r.get("cpu_busy_s") and not r.get("wrong") and "error" not in r]
     out = {}
     for w in sorted({int(r["workers"]) for r in bursts}):

@@ -30,9 +30,11 @@ but for PS on the emulated cluster's links, below):
   backward, the others from the hook of the group's last gradient (overlap with backward); fused
   groups pay a pack and an unpack copy at the GPU's memory bandwidth. Gloo's process group runs
   async collectives on its two threads (`network.GLOO_THREADS`), two at once: where make
-  commbench timed a burst of them at the run's worker count in the run's placement (its fusion
-  mode: a model's per-tensor all-reduces launched at once), they share two `Lanes` at the speed
-  that burst gives (`Cluster.lane_speed`, `lane_speed`; on an emulated network found again
+  commbench timed a round of them at the run's worker count in the run's placement (its fusion
+  mode: a model's per-tensor all-reduces launched one every 0.4 ms, as backward releases them,
+  else at once), they share two `Lanes` at the speed that round gives (`Cluster.lane_speed`,
+  `lane_speed`; the paced round's where there is one: launched at once they overlap less, which
+  one speed cannot give both ways, `network._lane_speeds`; on an emulated network found again
   against the tc rate's wire and its token bucket, which each collective meets as it starts:
   `network.emulated_lanes`); elsewhere one at a time;
 - PS methods, per machine (BytePS): per partition, a reduce inside the node over its NCCL stream
@@ -472,34 +474,41 @@ class Lanes:
 
 
 def lane_speed(durations_s: list[float], measured_s: float, lanes: int, bucket: "Link | None" = None,
-               link_bytes: list[float] | None = None) -> float:
+               link_bytes: list[float] | None = None, pace_s: float = 0.0) -> float:
     """The speed of each of `lanes` concurrent collectives (`Lanes`, with every lane busy) at which
     the burst `durations_s` (each one's time alone, all submitted at once, as commbench's fusion
-    mode launches a model's per-tensor all-reduces and then waits for them) takes `measured_s`:
-    by bisection, the burst's time falling as the speed grows. Between 1 / (2 lanes) (sharing
-    slows every collective more than it overlaps) and 1 (a lane each costs nothing). `bucket`:
-    the token bucket of the links (an emulated network), which each collective's `link_bytes`
-    meet at its start, as in the run."""
+    mode launches a model's per-tensor all-reduces and then waits for them; or one every `pace_s`,
+    as its paced round does) takes `measured_s`: by bisection, the burst's time falling as the
+    speed grows. Between 1 / (2 lanes) (sharing slows every collective more than it overlaps) and
+    1 (a lane each costs nothing). `bucket`: the token bucket of the links (an emulated network),
+    which each collective's `link_bytes` meet at its start, as in the run."""
     lo, hi = 1 / (2 * lanes), 1.0
-    if burst_s(durations_s, lanes, lo, bucket, link_bytes) <= measured_s:
+
+    def took(speed: float) -> float:
+        return burst_s(durations_s, lanes, speed, bucket, link_bytes, pace_s)
+    if took(lo) <= measured_s:
         return lo
-    if burst_s(durations_s, lanes, hi, bucket, link_bytes) >= measured_s:
+    if took(hi) >= measured_s:
         return hi
     for _ in range(40):  # to 2^-40 of the range; the burst's time falls as the speed grows
         mid = (lo + hi) / 2
-        lo, hi = (lo, mid) if burst_s(durations_s, lanes, mid, bucket, link_bytes) <= measured_s else (mid, hi)
+        lo, hi = (lo, mid) if took(mid) <= measured_s else (mid, hi)
     return (lo + hi) / 2
 
 
 def burst_s(durations_s: list[float], lanes: int, shared_speed: float, bucket: "Link | None" = None,
-            link_bytes: list[float] | None = None) -> float:
-    """How long `Lanes` take for collectives of these times alone, all submitted at once (behind
-    a full `bucket`, where given)."""
+            link_bytes: list[float] | None = None, pace_s: float = 0.0) -> float:
+    """How long `Lanes` take for collectives of these times alone, all submitted at once, or the
+    k-th at k x `pace_s` (behind a full `bucket`, where given)."""
     sim = Sim()
     lanes_ = Lanes(sim, lanes, shared_speed)
     tokens = Bucket(bucket) if bucket is not None and bucket.burst_bytes else None
     for i, d in enumerate(durations_s):
-        lanes_.submit(timed(tokens, link_bytes[i] if tokens else 0, d), None)
+        job = (timed(tokens, link_bytes[i] if tokens else 0, d), None)
+        if pace_s and i:
+            sim.at(i * pace_s, lanes_.submit, *job)
+        else:
+            lanes_.submit(*job)
     sim.run()
     return sim.now
 

@@ -92,12 +92,16 @@ def test_bad_input_exits_2_with_one_line(tmp_path):
 def test_the_seeds_experiments_groups_and_fusion(tmp_path):
     proc, rows = commbench(tmp_path, "--backends", "gloo", "--workers", "4", "--mode", "groups,fusion",
                            "--iters", "20", "--fusion-models", "tiny-resnet", "--fusion-iters", "5",
-                           "--seconds-per-size", "0.001")
+                           "--seconds-per-size", "0.001", "--fusion-pace-ms", "2")
     assert proc.returncode == 0, proc.stderr[-2000:]
     groups = sorted((r["groups"], r["workers"]) for r in rows if r["mode"] == "groups")
     assert groups == [(1, 2), (2, 4)]  # seed 002: 1 and 2 pairs, each its own group
     fusion = {(r["strategy"], r["workers"]): r for r in rows if r["mode"] == "fusion"}
-    assert {s for s, _ in fusion} == {"per_tensor", "fused", "buckets_25MiB"}
+    assert {s for s, _ in fusion} == {"per_tensor", "fused", "buckets_25MiB", "per_tensor_paced"}
+    # paced: the 29th launch 28 x 2 ms after the first, so a round takes longer than that
+    paced = fusion[("per_tensor_paced", 2)]
+    assert paced["pace_s"] == 0.002 and paced["messages"] == 29 and paced["time_us"] >= 28 * 2e3
+    assert "pace_s" not in fusion[("per_tensor", 2)]
     assert fusion[("per_tensor", 2)]["messages"] == 29 and fusion[("fused", 2)]["messages"] == 1
     # a round of 29 all-reduces takes far over 0.33 ms: the fewest rounds, on every rank alike
     assert fusion[("per_tensor", 2)]["iters"] == fusion[("per_tensor", 4)]["iters"] == 3

@@ -32,6 +32,7 @@ from ddlbench.commbench.cli import BadInput, parse
         (["--time-min", "5"], ["for --slurm", "accepted: add --slurm"]),
         (["--mode", "fusion", "--fusion-models", "foo"], ["fusion model 'foo'", "resnet50", "tiny-resnet"]),
         (["--fusion-iters", "0"], ["fusion-iters=0", ">= 1"]),
+        (["--fusion-pace-ms", "-1"], ["fusion-pace-ms=-1", "0 <= ms < 1000"]),
         (["--timeout", "-5"], ["timeout=-5", "seconds > 0"]),
         (["--seconds-per-size", "-1"], ["seconds-per-size=-1", "seconds >= 0"]),
     ],

@@ -565,6 +565,33 @@ def test_commbench_fusion_burst_gives_the_lane_speed_that_local_gloo_runs_use(tm
         network.load("bad", tmp_path)
 
 
+def test_a_paced_round_by_hand_and_its_lane_speed_preferred_to_the_burst():
+    """Two lanes at half speed, three 1 s collectives launched 0.5 s apart: the first runs alone
+    to 0.5, then beside the second (its last 0.5 s takes 1 s: ends 1.5); the third, launched at
+    1, waits for a lane, then runs beside the second (its last 0.5 s: ends 2.5) and alone (its
+    last 0.5 s: ends 3). commbench's paced rounds, where a worker count has them, give the lane
+    speed instead of the bursts (the runs launch as they do), fitted with their pace."""
+    from ddlbench.commbench.modes import gradient_numels
+
+    assert simulate.burst_s([1.0] * 3, 2, 0.5, pace_s=0.5) == pytest.approx(3.0)
+    assert simulate.burst_s([1.0] * 3, 2, 0.5, pace_s=2.0) == pytest.approx(5.0)  # never two at once
+    assert simulate.lane_speed([1.0] * 3, 3.0, 2, pace_s=0.5) == pytest.approx(0.5)
+    a, b = 1e-4, 2e-9
+    alone = [a + b * 4 * n for n in gradient_numels("tiny-resnet")]
+    burst = {"mode": "fusion", "model": "tiny-resnet", "strategy": "per_tensor", "collective": "all_reduce",
+             "dtype": "fp32", "device": "cpu", "workers": 2, "backend": "gloo", "wrong": 0,
+             "time_us": simulate.burst_s(alone, 2, 0.4) * 1e6}
+    paced = {**burst, "strategy": "per_tensor_paced", "pace_s": 4e-5,
+             "time_us": simulate.burst_s(alone, 2, 0.8, pace_s=4e-5) * 1e6}
+    assert paced["time_us"] < burst["time_us"]
+    spec = network.commbench_network(commbench_rows(a, b) + [burst], "box", "test data")
+    assert spec["inter"]["allreduce"]["lane_speed_by_ranks"] == {2: pytest.approx(0.4)}
+    spec = network.commbench_network(commbench_rows(a, b) + [burst, paced], "box", "test data")
+    assert spec["inter"]["allreduce"]["lane_speed_by_ranks"] == {2: pytest.approx(0.8)}
+    assert spec["data_lanes"][2]["tiny-resnet"]["pace_s"] == 4e-5
+    assert "one every 0.04 ms where paced" in spec["sources"]["lanes"]
+
+
 def test_auto_names_the_methods_tied_with_its_pick(monkeypatch, capsys):
     """A link so fast that every overlapping method is compute-bound: they tie (cli.TIE_REL), the run
     takes the fastest, and the ties are printed and kept in the record's prediction."""

@@ -224,6 +224,13 @@ def test_an_emulated_network_keeps_its_measured_burst_of_concurrent_all_reduces(
     link_bytes = [simulate.ring_link_bytes(4 * n, 2) for n in numels]
     assert simulate.burst_s(alone, 2, speed, c.inter, link_bytes) == pytest.approx(0.040, rel=1e-6)
     assert "data_lanes" in c.sources["lanes"]
+    # a paced round of the same time (one launch every 0.3 ms): fitted with its launches, as paced
+    spec["data_lanes"][2]["tiny-resnet"]["pace_s"] = 3e-4
+    (tmp_path / "emulated-1gbit.yaml").write_text(yaml.safe_dump(spec))
+    paced = network.load("emulated-1gbit", tmp_path).lane_speed[2]
+    assert paced != speed
+    assert simulate.burst_s(alone, 2, paced, c.inter, link_bytes, pace_s=3e-4) == pytest.approx(0.040, rel=1e-6)
+    del spec["data_lanes"][2]["tiny-resnet"]["pace_s"]
     # a burst slower than any sharing of two lanes can make it: the slowest speed the model has
     spec["data_lanes"][2]["tiny-resnet"]["measured_s"] = 1.0
     (tmp_path / "emulated-1gbit.yaml").write_text(yaml.safe_dump(spec))
