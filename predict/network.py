@@ -572,10 +572,11 @@ def _gradient_numels(model: str) -> tuple[int, ...]:
 
 def emulated_lanes(cluster: "Cluster", data: dict) -> dict:
     """{ranks: speed} of Gloo's concurrent all-reduces on an emulated network, from make commbench's
-    bursts across its hosts (`data_lanes`: each model's per-tensor all-reduces launched at once,
-    or one every `pace_s` where commbench paced them, `measured_s`; one rank per host, the placement of runs with one worker per host), each
-    all-reduce's time alone taken as the simulator takes it on this cluster (the tc rate's wire):
-    the speeds commbench wrote are relative to its fit's slope, which this network does not use."""
+    rounds across its hosts (`data_lanes`: each model's per-tensor all-reduces launched at once,
+    or one every `pace_s` where commbench paced them, `measured_s`; one rank per host, the
+    placement of runs with one worker per host), each all-reduce's time alone taken as the
+    simulator takes it on this cluster (the tc rate's wire): the speeds commbench wrote are
+    relative to its fit's slope, which this network does not use."""
     from ddlbench.predict.simulate import lane_speed, ring_link_bytes  # simulate imports this module
 
     out = {}
@@ -812,7 +813,7 @@ def _lane_speeds(rows: list[dict], backend: str, two: tuple[float, float], by_ra
     (`per_tensor_paced`: one launch every `pace_s`, as WFBP and ByteScheduler launch during
     backward) where that worker count has any, else the bursts (all launched at once): Gloo's
     all-reduces overlap more when they trickle out than when launched together (emulated 1
-    Gbit/s, tiny-resnet, 2 workers: 24-37 ms paced at 0.4 ms against 37-51 ms at once, three
+    Gbit/s, tiny-resnet, 2 workers: 24-37 ms paced at 0.4 ms against 36-51 ms at once, three
     runs), which one speed cannot give both ways, and the runs launch as the paced round does."""
     from ddlbench.commbench.modes import gradient_numels
     from ddlbench.predict.simulate import lane_speed  # simulate imports this module

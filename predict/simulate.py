@@ -133,10 +133,13 @@ Measured, not modelled yet (each alone moves other methods the wrong way):
   Charged at that fit, a dispatcher that sends before each launch moved the 2-worker prediction
   by one point (+103 to +102%) and the 4-worker one the wrong way (+10 to +17%: a busy
   dispatcher picks again later, so a more urgent partition overtakes), so it is not modelled: the
-  sends cost what a busy machine's threads make them cost, not what commbench times. With Gloo's
-  two lanes modelled, 2-worker local ByteScheduler-A2A is predicted about twice its runs (264
-  against 129 samples/s; 228 one at a time), while WFBP-A2A, whose launches need no leader,
-  came within 3% (-11% one at a time);
+  sends cost what a busy machine's threads make them cost, not what commbench times. On
+  tiny-resnet, whose every tensor is one partition and whose gradients fit the credit, the model
+  has ByteScheduler-A2A within 1% of WFBP-A2A (the same all-reduces, launched as they appear),
+  while its runs were 20-46% slower than WFBP-A2A's in every setup of the 2026-11-26 benches
+  (local and emulated, 2 and 4 workers); with the lanes from commbench's paced round it is
+  predicted 9-35% too fast on the emulated links and 15-57% locally, where WFBP-A2A, whose
+  launches need no leader, is within 15%;
 - a worker's messages while its cores compute: two Gloo workers here, each with a thread
   multiplying 256 x 256 matrices beside it, took 1.7-2.5 ms on average for a 1 KiB all-reduce
   (0.4-0.5 ms median: a call now and then waits out a scheduler slice) against 0.55-0.92 ms
