@@ -13,6 +13,7 @@ expected result, summed over ranks.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -267,11 +268,20 @@ def main(spec_path: str) -> None:
     from ddlbench.launch.pids import die_with_parent
 
     die_with_parent()  # a killed torchrun (or mpiexec proxy) takes this rank along
-    spec = json.load(open(spec_path))
+    with open(spec_path) as f:
+        spec = json.load(f)
     be = {"mpi4py": Mpi4py, "horovod": Horovod}.get(spec["backend"], Torch)(spec)
     torch.set_num_threads(1)
-    out = open(spec["out"], "w") if be.rank == 0 else None
+    with open(spec["out"], "w") if be.rank == 0 else contextlib.nullcontext() as out:
+        _measure(spec, be, out)
+    be.close()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # see launch/worker.py: skip torch's C++ teardown
 
+
+def _measure(spec: dict, be, out) -> None:
+    """Run the spec's mode, rank 0 writing each row to `out` as it finishes."""
     def emit(row):
         if be.rank == 0:
             # a line per measurement as it finishes: a sweep stopped by a signal keeps what it measured
@@ -286,12 +296,6 @@ def main(spec_path: str) -> None:
     from ddlbench.commbench import modes
 
     {"sizes": sweep, "groups": modes.groups, "fusion": modes.fusion, "ps": modes.ps}[spec["mode"]](be, spec, emit)
-    if out is not None:
-        out.close()
-    be.close()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # see launch/worker.py: skip torch's C++ teardown
 
 
 if __name__ == "__main__":
