@@ -1124,6 +1124,10 @@ def host_cpu_s(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg: d
     return pushers(cluster, workers, cfg, opts) * per_pusher / hc.cores
 
 
+CPU_FIXED_POINT_STEPS = 30   # `allreduce_cpu_in_backward_s`' iterations at most
+CPU_FIXED_POINT_TOL_S = 1e-7
+
+
 def allreduce_cpu_in_backward_s(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg: dict,
                                  opts: Options) -> float:
     """`host_cpu_s` for all-reduces that leave during backward (WFBP, MG-WFBP, DDP's buckets),
@@ -1152,10 +1156,6 @@ def allreduce_cpu_in_backward_s(p: Plan, profile: Profile, cluster: Cluster, wor
             return new
         charge = new
     return charge
-
-
-CPU_FIXED_POINT_STEPS = 30   # `allreduce_cpu_in_backward_s`' iterations at most
-CPU_FIXED_POINT_TOL_S = 1e-7
 
 
 def stretched_backward(profile: Profile, extra_s: float) -> Profile:

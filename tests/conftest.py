@@ -8,9 +8,10 @@ timeouts, not CPU. A worker takes a whole test module at a time, so a module's s
 (module- and session-scoped fixtures) are made once; tests/emulated, which shares one emulated
 cluster per machine, goes to one worker as a whole; tests/gpu, which shares no fixtures, goes
 test by test, but for its tests that time the GPU, which go to one worker together so that
-they do not time each other (`scope_of`), and which hold the GPU alone while they run: the other
-GPU tests' launches would otherwise run kernels beside them (`gpu_turn`). (xdist's `--dist loadgroup` would do this with
-markers, but it rewrites `item._nodeid`, which pytest 9 no longer reads.)"""
+they do not time each other (`scope_of`), and which hold the GPU alone while they run: the
+other GPU tests' launches would otherwise run kernels beside them (`gpu_turn`). (xdist's
+`--dist loadgroup` would do this with markers, but it rewrites `item._nodeid`, which pytest 9
+no longer reads.)"""
 import contextlib
 import fcntl
 from pathlib import Path
