@@ -63,15 +63,17 @@ def test_every_collective_is_correct_on_2_and_3_workers(tmp_path, backend):
 def test_a_slow_size_gets_fewer_calls_on_every_rank(tmp_path):
     """Rank 0's plan for a size, from its timed warm-up, is every rank's: a rank that made
     another number of calls would hang the next collective."""
-    proc, rows = commbench(tmp_path, "--backends", "gloo", "--workers", "2", "--dtypes", "fp32", "--max-bytes", "64MiB",
-                           "--iters", "10", "--seconds-per-size", "0.03", "--mode", "sizes")
+    proc, rows = commbench(tmp_path, "--backends", "gloo", "--workers", "2", "--dtypes", "fp32", "--max-bytes", "256MiB",
+                           "--iters", "10", "--seconds-per-size", "0.2", "--mode", "sizes")
     assert proc.returncode == 0, proc.stderr[-2000:]
     by_size = {r["bytes"]: r for r in rows}
-    # under 3 ms a call: every call asked for. The plan comes from one timed warm-up, which a
-    # busy 2-core CI box once stretched past 3 ms for a 4 B size (9 calls), so most, not all
+    # under 20 ms a call: every call asked for. The plan comes from one timed warm-up, which a
+    # busy 2-core CI box stretched past 3 ms for 4 B to 1 KiB sizes ([7, 10, 7, 9, 9] calls at a
+    # 3 ms threshold), so the threshold is far above a small all-reduce, and most, not all
     small = [by_size[b]["iters"] for b in (4, 16, 64, 256, 1024)]
     assert small.count(10) >= 3, small
-    assert by_size[64 << 20]["iters"] == 3 and by_size[64 << 20]["warmup"] == 2  # over 10 ms a call: the fewest
+    # 256 MiB over loopback takes well over 20 ms a call: fewer calls, and never fewer than 3
+    assert 3 <= by_size[256 << 20]["iters"] < 10, by_size[256 << 20]
     assert all(r["wrong"] == 0 for r in rows)
 
 
