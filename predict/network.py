@@ -711,12 +711,11 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
             w: {"bytes": fs, "time_s": ft} for w, (fs, ft, _, _) in by_ranks.items()}
     if lanes:
         out["inter"]["allreduce"]["lane_speed_by_ranks"] = {w: speed for w, (speed, _) in lanes.items()}
+        paces = sorted({d["pace_s"] for _, per_model in lanes.values() for d in per_model.values() if d.get("pace_s")})
+        paced = f"one every {', '.join(f'{p * 1e3:g} ms' for p in paces)} where paced, else " if paces else ""
         out["sources"]["lanes"] = (
-            f"{source}: commbench's fusion mode, each model's per-tensor fp32 all-reduces launched "
-            + ("one every " + ", ".join(sorted({f"{d['pace_s'] * 1e3:g} ms" for _, pm in lanes.values()
-                                                for d in pm.values() if d.get("pace_s")})) + " where paced, else "
-               if any(d.get("pace_s") for _, pm in lanes.values() for d in pm.values()) else "")
-            + f"at once, then waited ({backend} on {device}); the speed of each of Gloo's {GLOO_THREADS} concurrent all-reduces "
+            f"{source}: commbench's fusion mode, each model's per-tensor fp32 all-reduces launched {paced}"
+            f"at once, then waited ({backend} on {device}); the speed of each of Gloo's {GLOO_THREADS} concurrent all-reduces "
             f"(simulate.lane_speed) at which that burst, each all-reduce timed alone by the fit above, takes the "
             f"measured time; the median over models: "
             + "; ".join(f"{w} workers {speed:.3f}" for w, (speed, _) in lanes.items()))
