@@ -10,7 +10,11 @@ all-reduced three ways: one call per tensor (all launched, then all waited), fus
 flat buffer (copies in and out included), DDP-style 25 MiB buckets, and the per-tensor calls
 launched one every --fusion-pace-ms (`per_tensor_paced`, `pace_s`, FUSION_PACE_S; the worker
 sleeps between launches, so the cores are the collectives'), as WFBP launches them while
-backward computes, where the first way launches them at once. Each row also carries
+backward computes, where the first way launches them at once. The per-tensor calls also go
+a fifth way (`per_tensor_ordered`, `order`): rank 0 chooses each in turn and sends the choice
+to the others over a Gloo group of its own, as ByteScheduler's leader does
+(methods.bytescheduler), each rank launching it once told; its time per message is what each
+choice costs (network.Cluster.order_s). Each row also carries
 the machine's busy CPU per worker and round (`cpu_busy_s`, /proc/stat between the barriers
 around the timed rounds, each round's barrier included) and `cores`: what an all-reduce costs
 the cores that a local run's or the emulated cluster's workers share (network.HostCpu.allreduce).
@@ -95,8 +99,25 @@ def gradient_numels(model_name: str) -> list[int]:
 FUSION_PACE_S = 4e-4
 
 
+def order_choice(dist, control, rank: int, n: int, choice: torch.Tensor, k: int) -> int:
+    """ByteScheduler's order protocol (methods.bytescheduler: `_tell_followers`, `_follow`): rank 0
+    sends its choice `k` to every other rank over the Gloo `control` group, one blocking send
+    each; the others receive it. Gloo sends a message only once its receiver has posted the
+    receive, so the leader's next choice waits for every follower to have taken this one."""
+    if rank == 0:
+        choice[0] = k
+        for r in range(1, n):
+            dist.send(choice, dst=r, group=control)
+    else:
+        dist.recv(choice, src=0, group=control)
+    return int(choice[0])
+
+
 def fusion(be, spec, emit) -> None:
     dist = be.dist
+    # ByteScheduler's order: its leader's choices go over a Gloo group of their own (the runtime's
+    # control group, on the CPU whatever the device)
+    control = dist.new_group(backend="gloo") if be.n > 1 else None
     for model in spec["fusion_models"]:
         numels = gradient_numels(model)
         grads = [torch.ones(n, device=be.device) for n in numels]
@@ -110,18 +131,24 @@ def fusion(be, spec, emit) -> None:
         pace_s = float(spec.get("fusion_pace_s") or 0.0)
         if pace_s:  # as WFBP launches them while backward computes: one every pace_s
             strategies["per_tensor_paced"] = per_tensor
+        if control is not None:  # as ByteScheduler's leader orders them while the workers compute
+            strategies["per_tensor_ordered"] = per_tensor
         for name, groups_ in strategies.items():
             buffers = [torch.empty(sum(numels[i] for i in g), device=be.device) if len(g) > 1 else None for g in groups_]
             pace = pace_s if name == "per_tensor_paced" else 0.0
+            ordered = name == "per_tensor_ordered"
 
             def all_reduce_once() -> None:
                 works = []
                 start = time.perf_counter()
+                choice = torch.zeros(1, dtype=torch.int64)
                 for k, (g, buf) in enumerate(zip(groups_, buffers)):
                     if pace:  # sleep, not spin: the cores stay the collectives' own
                         wait = start + k * pace - time.perf_counter()
                         if wait > 0:
                             time.sleep(wait)
+                    if ordered:  # rank 0 chooses, each other rank launches what it was told
+                        g = [order_choice(dist, control, be.rank, be.n, choice, k)]
                     if buf is None:
                         works.append(dist.all_reduce(grads[g[0]], async_op=True))
                     else:
@@ -162,7 +189,7 @@ def fusion(be, spec, emit) -> None:
             all_reduce_once()
             wrong = sum(int((grad != be.n * (be.n + 1) // 2).sum().item()) for grad in grads)
             emit({"mode": "fusion", "model": model, "strategy": name, "messages": len(groups_), "tensors": len(numels),
-                  **({"pace_s": pace} if pace else {}),
+                  **({"pace_s": pace} if pace else {}), **({"order": "leader"} if ordered else {}),
                   "collective": "all_reduce", "dtype": "fp32", "device": spec["device"], "workers": be.n,
                   "wrong": be.total(wrong), **cpu, **summarize(times, total * 4, "all_reduce", be.n), "warmup": warmup})
 

@@ -168,13 +168,17 @@ class Cluster:
                                      # of them at that many ranks in this config's own placement
                                      # (`lane_speed_by_ranks` under `inter: allreduce:`); else they
                                      # run one at a time
+    order_s: dict = field(default_factory=dict)  # ranks -> seconds per choice of this runtime's
+                                     # ByteScheduler leader (its order protocol), where make commbench
+                                     # timed its ordered round at that many ranks in this config's own
+                                     # placement (`data_order`, `ordered_choices`); else 0
 
     def measured_here(self, same_placement: bool) -> dict:
-        """What was measured in this config's own placement (`measured`, `lane_speed`), as fields
-        for `replace`: kept for a cluster in the same placement, dropped for any other."""
+        """What was measured in this config's own placement (`measured`, `lane_speed`, `order_s`),
+        as fields for `replace`: kept for a cluster in the same placement, dropped for any other."""
         if same_placement:
-            return {"measured": self.measured, "lane_speed": self.lane_speed}
-        return {"measured": {}, "lane_speed": {}}
+            return {"measured": self.measured, "lane_speed": self.lane_speed, "order_s": self.order_s}
+        return {"measured": {}, "lane_speed": {}, "order_s": {}}
 
     def nodes(self, workers: int) -> tuple[int, int]:
         """(machines m, GPUs per machine g) for `workers` workers, filling nodes g at a time."""
@@ -560,6 +564,8 @@ def load(name: str, directory: Path | None = None) -> Cluster:
         cluster.lane_speed.update(emulated_lanes(cluster, spec["data_lanes"]))
         sources["lanes"] = ("make commbench's bursts of per-tensor all-reduces (data_lanes: measured_s), each "
                             "all-reduce timed alone by the tc rate's wire above (simulate.lane_speed), not by the fit")
+    if inter is not None and spec.get("data_order"):
+        cluster.order_s.update(ordered_choices(cluster, spec["data_order"], rate_bps is not None))
     return cluster
 
 
@@ -637,6 +643,32 @@ def _host_cpu(cpu, name: str) -> HostCpu | None:
     return host_cpu
 
 
+def ordered_choices(cluster: "Cluster", data: dict, emulated: bool) -> dict:
+    """{ranks: seconds per choice of ByteScheduler's leader} from make commbench's ordered rounds
+    (`data_order`: each model's per-tensor all-reduces in the leader's order, `measured_s`), each
+    all-reduce's time alone and the lanes' sharing as the simulator takes them on this cluster
+    (simulate.order_s; behind the links' token buckets on an emulated network); the median over
+    models. Only a worker count with such a round gets one."""
+    from ddlbench.predict.simulate import order_s, ring_link_bytes  # simulate imports this module
+
+    out = {}
+    for ranks, models in (data or {}).items():
+        w, per_choice = int(ranks), []
+        for model, d in (models or {}).items():
+            numels = _gradient_numels(model)
+            alone = [cluster.allreduce_s(4 * n, w, cluster.measured_algorithm) for n in numels]  # fp32
+            measured_s = float(d["measured_s"])
+            if w < 2 or not measured_s > 0:
+                raise ValueError(f"network {cluster.name!r}: data_order {ranks} {model}: {d!r} is invalid; "
+                                 f"accepted: ranks >= 2, measured_s > 0")
+            per_choice.append(order_s(alone, measured_s, GLOO_THREADS, cluster.lane_speed.get(w),
+                                      cluster.inter if emulated else None,
+                                      [ring_link_bytes(4 * n, w) for n in numels] if emulated else None))
+        if per_choice:
+            out[w] = statistics.median(per_choice)
+    return out
+
+
 def _lane_speed(spec, name: str) -> dict:
     """{ranks: speed} from `lane_speed_by_ranks:` under `inter: allreduce:` (make commbench's
     fusion mode), else {}."""
@@ -693,7 +725,8 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
     fits = {c: _by_ranks(rows, backend, c) for c in MEASURED_KEYS} if backend in BACKEND_ALGORITHM else {}
     fits = {c: by_ranks for c, by_ranks in fits.items() if by_ranks}
     lanes = _lane_speeds(rows, backend, (a, b), fits.get("all_reduce", {})) if backend == "gloo" else {}
-    if fits or lanes:
+    order = _ordered_rounds(rows, backend)
+    if fits or lanes or order:
         out["inter"]["allreduce"].update(algorithm=BACKEND_ALGORITHM[backend], one_machine=shared_cores)
     for collective, by_ranks in fits.items():
         key = MEASURED_KEYS[collective]
@@ -720,6 +753,13 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
             f"measured time; the median over models: "
             + "; ".join(f"{w} workers {speed:.3f}" for w, (speed, _) in lanes.items()))
         out["data_lanes"] = {w: per_model for w, (_, per_model) in lanes.items()}
+    if order:
+        out["sources"]["order"] = (
+            f"{source}: commbench's fusion mode, each model's per-tensor fp32 all-reduces in ByteScheduler's "
+            f"order (rank 0 sends each choice to the others over a Gloo group, every rank launching it once "
+            f"told; {backend} on {device}), the median over repeated records of the round's mean time "
+            f"(data_order), against which the predictor finds each choice's time (network.ordered_choices)")
+        out["data_order"] = order
     ps = _ps_fit(rows)
     if ps is not None:
         (alpha, beta, ps_sizes, ps_times, partition) = ps
@@ -840,6 +880,25 @@ def _lane_speeds(rows: list[dict], backend: str, two: tuple[float, float], by_ra
     return out
 
 
+def _ordered_rounds(rows: list[dict], backend: str) -> dict:
+    """{workers: {model: {messages, measured_s}}} from commbench's ordered rounds
+    (`per_tensor_ordered`: a model's per-tensor all-reduces, each launched once rank 0's choice
+    arrived): the median over repeated records of the mean time. The leader's choices go one at
+    a time: Gloo sends a choice only once every follower has posted its receive, which it does
+    after launching the last one (2 local workers on 2 cores: 1.1 ms a choice; 0.12 ms with no
+    all-reduce launched between choices)."""
+    rounds = [r for r in rows if r.get("mode") == "fusion" and r.get("strategy") == "per_tensor_ordered"
+              and r.get("dtype") == "fp32" and r.get("backend") == backend and r.get("time_us")
+              and r.get("messages") and not r.get("wrong") and "error" not in r]
+    out: dict = {}
+    for w in sorted({int(r["workers"]) for r in rounds}):
+        for model in sorted({r["model"] for r in rounds if int(r["workers"]) == w}):
+            mine = [r for r in rounds if int(r["workers"]) == w and r["model"] == model]
+            out.setdefault(w, {})[model] = {"messages": int(mine[0]["messages"]),
+                                            "measured_s": statistics.median(float(r["time_us"]) * 1e-6 for r in mine)}
+    return out
+
+
 def _host_cpu_fit(rows: list[dict]):
     """({cores, s_per_message, s_per_byte}, sizes, busy) from commbench's 2-worker ps bursts on
     the CPU (a GPU's compute does not wait for the cores): the machine's busy CPU per
@@ -877,7 +936,7 @@ def _allreduce_cpu_fits(rows: list[dict], backend: str) -> dict:
     different shapes or more. A round too short for /proc/stat's ticks reads 0 and is left out;
     so is a paced round (`per_tensor_paced`), whose window is mostly the worker's sleep."""
     bursts = [r for r in rows if r.get("mode") == "fusion" and r.get("device") == "cpu" and not r.get("pace_s")
-              and r.get("backend") == backend and r.get("cpu_busy_s") and not r.get("wrong") and "error" not in r]
+              and not r.get("order") and r.get("backend") == backend and r.get("cpu_busy_s") and not r.get("wrong") and "error" not in r]
     out = {}
     for w in sorted({int(r["workers"]) for r in bursts}):
         by_shape: dict[tuple, list[float]] = {}

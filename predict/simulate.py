@@ -58,8 +58,12 @@ but for PS on the emulated cluster's links, below):
   the next forward pass waits, layer by layer, only for its own parameters (overlap with the
   next forward). The updates share the device with the compute, one stream in issue order
   (`forward_with_updates`): those launched during backward queue behind it, the rest run
-  between the forward's pieces, so no update hides under compute. The study's ByteScheduler-PS (`scheduler: byteps`) is WFBP-PS with BytePS's server
-  schedule instead;
+  between the forward's pieces, so no update hides under compute. This runtime's A2A leader
+  tells every other rank each choice before it launches it (`methods.bytescheduler`), one
+  choice at a time: where make commbench timed its ordered round at the run's worker count in
+  the run's placement, each choice takes the time found from it (`Cluster.order_s`,
+  `order_s`). The study's ByteScheduler-PS (`scheduler: byteps`) is WFBP-PS with BytePS's
+  server schedule instead;
 - every other method updates all parameters after all communication, and the next forward
   starts after that;
 - workers and servers on one machine's cores (`Cluster.host_cpu`: a local run, the emulated
@@ -124,22 +128,27 @@ CreditQueue (push, pop, release) costs 0.47 us per partition on this project's C
 timeit over 400 partitions), so the queue's own cost is left out.
 
 Measured, not modelled yet (each alone moves other methods the wrong way):
-- this runtime's ByteScheduler dispatch: at 2 local workers its launches came about 1 ms apart
-  (a traced tiny-resnet run: median 0.98 ms between the leader's choices, 0.74 ms from a choice
-  to its launch, which is the blocking send of the choice to the follower; each choice 19 ms
-  after its partition was ready), which the one-worker calibration (no followers) does not see.
-  The same sends alone cost far less: 0.17 ms a choice at 2 ranks and 0.34 ms at 4 (three sends;
-  400 in a row, no other work), and commbench's 2-rank Gloo broadcast (one send) fits 0.23 ms.
-  Charged at that fit, a dispatcher that sends before each launch moved the 2-worker prediction
-  by one point (+103 to +102%) and the 4-worker one the wrong way (+10 to +17%: a busy
-  dispatcher picks again later, so a more urgent partition overtakes), so it is not modelled: the
-  sends cost what a busy machine's threads make them cost, not what commbench times. On
-  tiny-resnet, whose every tensor is one partition and whose gradients fit the credit, the model
-  has ByteScheduler-A2A within 1% of WFBP-A2A (the same all-reduces, launched as they appear),
-  while its runs were 20-46% slower than WFBP-A2A's in every setup of the 2026-11-26 benches
-  (local and emulated, 2 and 4 workers); with the lanes from commbench's paced round it is
-  predicted 9-35% too fast on the emulated links and 15-57% locally, where WFBP-A2A, whose
-  launches need no leader, is within 15%;
+- this runtime's ByteScheduler machinery beside the compute, beyond its leader's order: at 2
+  local workers its launches came about 1 ms apart (a traced tiny-resnet run: median 0.98 ms
+  between the leader's choices, 0.74 ms from a choice to its launch; each choice 19 ms after its
+  partition was ready; in a later trace 2 ms a choice, the next forward waiting 47 ms for its
+  parameters). The order protocol itself (Gloo sends a choice only once the follower posted its
+  receive, after launching the last one) is modelled from commbench's ordered round on idle
+  ranks, and costs little here: 0 to 1.1 ms a choice at 2 local workers over three rounds (the
+  round no slower than its all-reduces, or barely), 0 at 4, 0 at 1 Gbit/s, 1.0 and 5.4 ms at
+  100 Mbit/s (2 and 4 workers); it moved the 2026-11-27 benches' errors by at most 2 points.
+  The rest is CPU: with 200 iterations of a 2-worker local run, ByteScheduler-A2A's processes
+  used 35.5 CPU-s in 21.7 s and WFBP-A2A's 23.5 in 14.7 s (both about 1.7 of the 2 cores busy),
+  about 30 ms more per worker and iteration for the same all-reduces, with twice the futex calls
+  (strace: 340k against 166k; sys time 9.8 against 4.2 s): the GIL and the wake-ups of its
+  dispatcher, completion and protocol threads beside the compute. A one-worker run shows 5 ms
+  per iteration of it (ByteScheduler-A2A's CPU over BSP-A2A's) and the ordered round on idle
+  ranks none; with a thread training the model beside each rank the ordered round took 2.5 ms a
+  choice at 2 workers, near the run's, but 54 ms at 4, ten times the run's, so no fixed load
+  stands for a run's and none is used. On tiny-resnet, whose every tensor is one partition and
+  whose gradients fit the credit, the model has ByteScheduler-A2A within 1% of WFBP-A2A (the same
+  all-reduces, launched as they appear), while its runs were 20-46% slower than WFBP-A2A's in
+  every setup of the 2026-11-26 benches (local and emulated, 2 and 4 workers);
 - a worker's messages while its cores compute: two Gloo workers here, each with a thread
   multiplying 256 x 256 matrices beside it, took 1.7-2.5 ms on average for a 1 KiB all-reduce
   (0.4-0.5 ms median: a call now and then waits out a scheduler slice) against 0.55-0.92 ms
@@ -514,6 +523,27 @@ def burst_s(durations_s: list[float], lanes: int, shared_speed: float, bucket: "
             lanes_.submit(*job)
     sim.run()
     return sim.now
+
+
+def order_s(durations_s: list[float], measured_s: float, lanes: int, shared_speed: float | None,
+            bucket: "Link | None" = None, link_bytes: list[float] | None = None) -> float:
+    """The time each choice of ByteScheduler's leader takes (the order protocol: it tells every
+    other rank, then launches) at which commbench's ordered round (`durations_s`: its per-tensor
+    all-reduces, each one's time alone, all ready at once; the k-th launched once the k-th
+    choice is told, (k + 1) x the choice's time) takes `measured_s`, on `lanes` sharing at
+    `shared_speed` (None: one at a time), behind `bucket` where given: by bisection, between 0
+    (the all-reduces alone take that long) and the round's time per message."""
+    lanes, speed = (lanes, shared_speed) if shared_speed else (1, 1.0)
+
+    def took(s: float) -> float:
+        return s + burst_s(durations_s, lanes, speed, bucket, link_bytes, pace_s=s)
+    lo, hi = 0.0, measured_s / len(durations_s)
+    if took(lo) >= measured_s:
+        return lo
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if took(mid) < measured_s else (lo, mid)
+    return (lo + hi) / 2
 
 
 class AllReduceComm:
@@ -1198,12 +1228,29 @@ def _communicate(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg:
             queue.release(pid)
             dispatch()
 
+        # this runtime's A2A leader tells the others each choice before it launches it, one at a
+        # time (`Cluster.order_s`: commbench's ordered round); the study's Horovod has no leader
+        order_s = cluster.order_s.get(workers, 0.0) if not p.ps and opts.stack == "ddlbench" else 0.0
+        telling = [False]
+
+        def launch(pid):
+            if p.ps:
+                comm.send(pid, lambda pid=pid: release(pid), lambda pid=pid: landed(pid))
+            else:
+                comm.send(parts[pid] * esize, 0.0, lambda pid=pid: (release(pid), landed(pid)))
+
+        def told(pid):
+            telling[0] = False
+            launch(pid)
+            dispatch()
+
         def dispatch():
-            while (pid := queue.pop()) is not None:
-                if p.ps:
-                    comm.send(pid, lambda pid=pid: release(pid), lambda pid=pid: landed(pid))
+            while not telling[0] and (pid := queue.pop()) is not None:
+                if order_s:  # the credit is taken as it chooses; the launch waits for the telling
+                    telling[0] = True
+                    sim.at(sim.now + order_s, told, pid)
                 else:
-                    comm.send(parts[pid] * esize, 0.0, lambda pid=pid: (release(pid), landed(pid)))
+                    launch(pid)
 
         first_pid = 0
         for i in range(n):

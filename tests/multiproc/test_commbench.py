@@ -99,7 +99,12 @@ def test_the_seeds_experiments_groups_and_fusion(tmp_path):
     groups = sorted((r["groups"], r["workers"]) for r in rows if r["mode"] == "groups")
     assert groups == [(1, 2), (2, 4)]  # seed 002: 1 and 2 pairs, each its own group
     fusion = {(r["strategy"], r["workers"]): r for r in rows if r["mode"] == "fusion"}
-    assert {s for s, _ in fusion} == {"per_tensor", "fused", "buckets_25MiB", "per_tensor_paced"}
+    assert {s for s, _ in fusion} == {"per_tensor", "fused", "buckets_25MiB", "per_tensor_paced", "per_tensor_ordered"}
+    # ordered as ByteScheduler's leader orders: every rank launched all 29, in rank 0's order (else
+    # the checked round would sum mismatched tensors, or hang)
+    assert all(fusion[("per_tensor_ordered", w)]["order"] == "leader" and
+               fusion[("per_tensor_ordered", w)]["messages"] == 29 for w in (2, 4))
+    assert "order" not in fusion[("per_tensor", 2)]
     # paced: the 29th launch 28 x 2 ms after the first, so a round takes longer than that
     paced = fusion[("per_tensor_paced", 2)]
     assert paced["pace_s"] == 0.002 and paced["messages"] == 29 and paced["time_us"] >= 28 * 2e3

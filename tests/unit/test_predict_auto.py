@@ -592,6 +592,33 @@ def test_a_paced_round_by_hand_and_its_lane_speed_preferred_to_the_burst():
     assert "one every 0.04 ms where paced" in spec["sources"]["lanes"]
 
 
+def test_commbench_ordered_round_gives_the_leaders_time_per_choice(tmp_path):
+    """commbench's ordered round (each per-tensor all-reduce launched once rank 0 told every rank
+    to) is kept as measured (`data_order`); loading the config finds the time per choice at which
+    the simulator's round (the same all-reduces, one at a time here: no lanes) takes it."""
+    from ddlbench.commbench.modes import gradient_numels
+
+    a, b = 1e-4, 2e-9
+    alone = [a + b * 4 * n for n in gradient_numels("tiny-resnet")]
+    measured_s = 0.002 + simulate.burst_s(alone, 1, 1.0, pace_s=0.002)  # 2 ms a choice
+    ordered = {"mode": "fusion", "model": "tiny-resnet", "strategy": "per_tensor_ordered", "order": "leader",
+               "messages": 29, "collective": "all_reduce", "dtype": "fp32", "device": "cpu", "workers": 2,
+               "backend": "gloo", "wrong": 0, "time_us": measured_s * 1e6}
+    spec = network.commbench_network(commbench_rows(a, b) + [ordered, {**ordered, "wrong": 3, "time_us": 1.0}],
+                                     "box", "test data")
+    assert spec["data_order"] == {2: {"tiny-resnet": {"messages": 29, "measured_s": pytest.approx(measured_s)}}}
+    assert "ByteScheduler's order" in spec["sources"]["order"]
+    network.write_config(spec, tmp_path)
+    c = network.load("box", tmp_path)
+    assert c.order_s == {2: pytest.approx(0.002, rel=1e-3)} and network.on_one_machine(c, 2).order_s == c.order_s
+    assert "data_order" not in network.commbench_network(commbench_rows(a, b), "box", "test data")
+    bad = yaml.safe_load((tmp_path / "box.yaml").read_text())
+    bad["data_order"][2]["tiny-resnet"]["measured_s"] = -1
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
+    with pytest.raises(ValueError, match="data_order 2 tiny-resnet.*is invalid"):
+        network.load("bad", tmp_path)
+
+
 def test_auto_names_the_methods_tied_with_its_pick(monkeypatch, capsys):
     """A link so fast that every overlapping method is compute-bound: they tie (cli.TIE_REL), the run
     takes the fastest, and the ties are printed and kept in the record's prediction."""

@@ -178,6 +178,32 @@ def test_bytescheduler_credit_and_overlap_with_the_next_forward():
 
 
 
+def test_bytescheduler_a2a_leader_tells_each_choice_before_it_launches_by_hand():
+    # The toy above, with this runtime's leader taking 0.5 s a choice (commbench's ordered round,
+    # Cluster.order_s): p2 ready at 2 is told until 2.5 and runs [2.5, 3.5], p1 (ready 3, the
+    # leader free) [3.5, 4.5], p0 [4.5, 5.5]. The next forward from 4: p2's piece [4, 4.3], p1's
+    # waits for 4.5 [4.5, 5.1], p0's for 5.5 [5.5, 5.6]; the backward to 8.6: 4.6 s per iteration.
+    prof = toy(need=(0.9, 0.3, 0.0))
+    told = replace(two_gpus(), order_s={2: 0.5})
+    assert period("bytescheduler-a2a", prof, told, stack="ddlbench") == pytest.approx(4.6)
+    # the leader's choices at another worker count, the study's Horovod (no leader) and a PS
+    # method (each machine schedules its own) are as before
+    assert period("bytescheduler-a2a", prof, replace(told, order_s={4: 0.5}), stack="ddlbench") == pytest.approx(4.1)
+    assert period("bytescheduler-a2a", prof, told, stack="study") == period("bytescheduler-a2a", prof, two_gpus(),
+                                                                           stack="study")
+    wire = Link(0.25, 1.25e-5)
+    assert period("bytescheduler-ps", prof, replace(told, inter=wire), stack="ddlbench", bytescheduler_ps="worker") \
+        == period("bytescheduler-ps", prof, two_gpus(inter=wire), stack="ddlbench", bytescheduler_ps="worker")
+
+
+def test_order_s_is_the_choice_time_at_which_the_ordered_round_takes_its_measured_time_by_hand():
+    # Three 1 s all-reduces, one at a time, the k-th launched at (k + 1) s: up to s = 1 the
+    # stream is never idle after the first launch, so the round takes s + 3; beyond, 3 s + 1.
+    assert simulate.order_s([1.0] * 3, 3.5, 2, None) == pytest.approx(0.5)
+    assert simulate.order_s([1.0] * 3, 7.0, 2, None) == pytest.approx(2.0)
+    assert simulate.order_s([1.0] * 3, 2.5, 2, None) == 0.0  # the all-reduces alone take longer
+
+
 def test_bytescheduler_updates_share_the_device_with_forward_and_backward():
     # The overlap case above with 0.1 s per update. Updates launch as their all-reduces land (p2
     # 3, p1 4, p0 5) but queue behind the backward (to 4); then, in issue order on the device:
