@@ -16,8 +16,12 @@ parameters"); the study set BYTESCHEDULER_PARTITION=4000000 and BYTESCHEDULER_CR
 
 An all-reduce needs every rank to issue the same collectives in the same order, which a
 timing-driven queue cannot promise; so, as Horovod's coordinator does, rank 0's dispatcher
-decides and sends each choice to the other workers over the Gloo control group; they launch the
-same partition once their own gradient is ready. On PS each machine schedules on its own, as
+decides and sends its choices to the other workers over the Gloo control group; they launch the
+same partitions, in that order, once their own gradients are ready. One message carries every
+partition that can go when the leader picks (up to MAX_CHOICES), as Horovod's coordinator
+answers each cycle with all the tensors it agreed on: a Gloo send waits for its receiver to post
+the receive, so one message per partition put a round trip between any two launches (tiny-resnet,
+2 local workers: 110-116 samples/s against 135-161 with one message per pick). On PS each machine schedules on its own, as
 ByteScheduler does over BytePS: with one worker per machine (or the per-GPU topology) each
 worker leads itself; where a machine's workers first reduce among themselves, the machine's
 leader decides for them (the transport's `order_group`).
@@ -37,7 +41,7 @@ import torch.distributed as dist
 from .base import GradSync, start_thread
 from .grouped import broadcast_parameters
 
-STOP = -1
+MAX_CHOICES = 64  # choices per message from the leader to its followers
 
 
 class CreditQueue:
@@ -201,39 +205,47 @@ class ByteScheduler(GradSync):
                 self.cond.notify_all()
 
     def _lead(self) -> None:
-        """Pick the highest-priority queued partition whenever credit remains."""
+        """Pick the highest-priority queued partition whenever credit remains: every one that
+        can go now, in priority order, told to the followers in one message."""
         while True:
             with self.cond:
                 while (pid := self.queue.pop()) is None:
                     if self.stopping and not len(self.queue):
-                        self._tell_followers(STOP)
+                        self._tell_followers([])
                         return
                     self.cond.wait()
-                queued = len(self.queue)
+                chosen = [(pid, len(self.queue))]
+                while len(chosen) < MAX_CHOICES and (pid := self.queue.pop()) is not None:
+                    chosen.append((pid, len(self.queue)))
                 chosen_us = self.ctx.tracer.now_us()
-            self._tell_followers(pid)
-            self._launch(pid, queued, chosen_us)
+            self._tell_followers([pid for pid, _ in chosen])
+            for pid, queued in chosen:
+                self._launch(pid, queued, chosen_us)
 
     def _follow(self) -> None:
         """Launch what the leader chose, in its order, once the partition is ready here."""
         group, leader, _ = self.order
-        choice = torch.empty(1, dtype=torch.int64)
+        msg = torch.empty(MAX_CHOICES + 1, dtype=torch.int64)
         while True:
-            dist.recv(choice, src=leader, group=group)
-            pid = int(choice[0])
-            if pid == STOP:
+            dist.recv(msg, src=leader, group=group)
+            count = int(msg[0])
+            if count == 0:
                 return
-            self._wait(self.ready[pid])
-            with self.cond:
-                self.queue.take(pid)
-                queued = len(self.queue)
-                chosen_us = self.ctx.tracer.now_us()
-            self._launch(pid, queued, chosen_us)
+            for pid in msg[1:1 + count].tolist():
+                self._wait(self.ready[pid])
+                with self.cond:
+                    self.queue.take(pid)
+                    queued = len(self.queue)
+                    chosen_us = self.ctx.tracer.now_us()
+                self._launch(pid, queued, chosen_us)
 
-    def _tell_followers(self, pid: int) -> None:
+    def _tell_followers(self, pids: list[int]) -> None:
+        """One message to each follower: how many choices (0: stop), then the choices."""
         if self.order is not None:
             group, _, followers = self.order
-            msg = torch.tensor([pid], dtype=torch.int64)
+            msg = torch.zeros(MAX_CHOICES + 1, dtype=torch.int64)
+            msg[0] = len(pids)
+            msg[1:1 + len(pids)] = torch.tensor(pids, dtype=torch.int64)
             for r in followers:
                 dist.send(msg, dst=r, group=group)
 

@@ -59,10 +59,10 @@ but for PS on the emulated cluster's links, below):
   next forward). The updates share the device with the compute, one stream in issue order
   (`forward_with_updates`): those launched during backward queue behind it, the rest run
   between the forward's pieces, so no update hides under compute. This runtime's A2A leader
-  tells every other rank each choice before it launches it (`methods.bytescheduler`), one
-  choice at a time: where make commbench timed its ordered round at the run's worker count in
-  the run's placement, each choice takes the time found from it (`Cluster.order_s`,
-  `order_s`). The study's ByteScheduler-PS (`scheduler: byteps`) is WFBP-PS with BytePS's
+  tells every other rank its choices before it launches them (`methods.bytescheduler`: every
+  partition that can go when it picks, in one message), one message at a time: where make
+  commbench timed its ordered round at the run's worker count in the run's placement, each
+  message takes the time found from it (`Cluster.order_s`, `order_s`). The study's ByteScheduler-PS (`scheduler: byteps`) is WFBP-PS with BytePS's
   server schedule instead;
 - every other method updates all parameters after all communication, and the next forward
   starts after that;
@@ -170,7 +170,7 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, replace
 
-from ddlbench.methods.bytescheduler import CreditQueue
+from ddlbench.methods.bytescheduler import MAX_CHOICES, CreditQueue
 from ddlbench.methods.grouped import fuse_by_threshold
 from ddlbench.methods.mgwfbp import bench_sizes, fit_alpha_beta, merge_groups
 from ddlbench.methods.ps import EngineMap, ScheduledQueue, plan
@@ -1239,16 +1239,20 @@ def _communicate(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg:
             else:
                 comm.send(parts[pid] * esize, 0.0, lambda pid=pid: (release(pid), landed(pid)))
 
-        def told(pid):
+        def told(pids):
             telling[0] = False
-            launch(pid)
+            for pid in pids:
+                launch(pid)
             dispatch()
 
         def dispatch():
             while not telling[0] and (pid := queue.pop()) is not None:
-                if order_s:  # the credit is taken as it chooses; the launch waits for the telling
+                if order_s:  # every partition that can go now, in one message; the credit is
+                    chosen = [pid]  # taken as it chooses, the launches wait for the telling
+                    while len(chosen) < MAX_CHOICES and (pid := queue.pop()) is not None:
+                        chosen.append(pid)
                     telling[0] = True
-                    sim.at(sim.now + order_s, told, pid)
+                    sim.at(sim.now + order_s, told, chosen)
                 else:
                     launch(pid)
 

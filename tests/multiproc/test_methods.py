@@ -8,6 +8,7 @@ beta fitted at start-up.
 """
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -238,6 +239,22 @@ def test_bytescheduler_sends_the_highest_priority_queued_partition_first(runs, m
         overtakes += x["args"]["queued"] > 0 and any(
             y["args"]["ready_us"] < x["args"]["ready_us"] and y["args"]["chosen_us"] > chosen for y in events)
     assert overtakes > 0  # a later, more urgent partition did overtake earlier ones
+
+
+@pytest.mark.parametrize("method", BS)
+def test_bytescheduler_leader_tells_every_partition_that_can_go_in_one_message(runs, method):
+    """The order leader (rank 0 of an A2A run, of the local machine's node on PS) sends every
+    partition it can pick at once in one message, and every other rank launches them in its
+    order: one message per partition would put a round trip between any two launches."""
+    rec = runs[("tiny-resnet", method)]
+    name = "node_reduce" if method.endswith("-ps") else "allreduce"  # on PS the node's leader alone pushes
+    launches = {rank: sorted((e for e in load_trace(rec["trace"][rank]) if e["name"] == name), key=lambda e: e["ts"])
+                for rank in range(rec["workers"])}
+    per_message = Counter(e["args"]["chosen_us"] for e in launches[0])
+    assert max(per_message.values()) > 1, per_message
+    order = [(e["args"]["iter"], e["args"]["partition"]) for e in launches[0]]
+    for rank in range(1, rec["workers"]):
+        assert [(e["args"]["iter"], e["args"]["partition"]) for e in launches[rank]] == order
 
 
 @pytest.mark.parametrize("method", BS)

@@ -206,7 +206,8 @@ def test_bytescheduler_ps_per_machine_launches_in_its_node_leaders_order(runs):
 
     def chosen_order(rec, rank):
         events = [e for e in load_trace(rec["trace"][rank]) if e["name"] == "node_reduce"]
-        return [e["args"]["partition"] for e in sorted(events, key=lambda e: e["args"]["chosen_us"])]
+        # a leader's message carries several choices, which share its chosen_us: then launch order
+        return [e["args"]["partition"] for e in sorted(events, key=lambda e: (e["args"]["chosen_us"], e["ts"]))]
 
     for leader, follower in ((0, 1), (2, 3)):
         assert chosen_order(machine, leader) and chosen_order(machine, follower) == chosen_order(machine, leader)

@@ -186,6 +186,12 @@ def test_bytescheduler_a2a_leader_tells_each_choice_before_it_launches_by_hand()
     prof = toy(need=(0.9, 0.3, 0.0))
     told = replace(two_gpus(), order_s={2: 0.5})
     assert period("bytescheduler-a2a", prof, told, stack="ddlbench") == pytest.approx(4.6)
+    # 2.5 s a message: p2 told until 4.5 runs [4.5, 5.5]; p1 and p0 queued meanwhile go in one
+    # message, the more urgent first: told until 7, p0 [7, 8], p1 [8, 9]. The forward from 4:
+    # p2's piece [5.5, 5.8], p1's [9, 9.6], p0's [9.6, 9.7]; the backward to 12.7: 8.7 s (a
+    # message per partition would tell p1 until 9.5 and run it [9.5, 10.5]: 10.2 s)
+    slow = replace(two_gpus(), order_s={2: 2.5})
+    assert period("bytescheduler-a2a", prof, slow, stack="ddlbench") == pytest.approx(8.7)
     # the leader's choices at another worker count, the study's Horovod (no leader) and a PS
     # method (each machine schedules its own) are as before
     assert period("bytescheduler-a2a", prof, replace(told, order_s={4: 0.5}), stack="ddlbench") == pytest.approx(4.1)
