@@ -168,7 +168,7 @@ class Cluster:
                                      # of them at that many ranks in this config's own placement
                                      # (`lane_speed_by_ranks` under `inter: allreduce:`); else they
                                      # run one at a time
-    order_s: dict = field(default_factory=dict)  # ranks -> seconds per choice of this runtime's
+    order_s: dict = field(default_factory=dict)  # ranks -> seconds per message of this runtime's
                                      # ByteScheduler leader (its order protocol), where make commbench
                                      # timed its ordered round at that many ranks in this config's own
                                      # placement (`data_order`, `ordered_choices`); else 0
@@ -644,28 +644,28 @@ def _host_cpu(cpu, name: str) -> HostCpu | None:
 
 
 def ordered_choices(cluster: "Cluster", data: dict, emulated: bool) -> dict:
-    """{ranks: seconds per choice of ByteScheduler's leader} from make commbench's ordered rounds
-    (`data_order`: each model's per-tensor all-reduces in the leader's order, `measured_s`), each
-    all-reduce's time alone and the lanes' sharing as the simulator takes them on this cluster
-    (simulate.order_s; behind the links' token buckets on an emulated network); the median over
-    models. Only a worker count with such a round gets one."""
+    """{ranks: seconds per message of ByteScheduler's leader} from make commbench's ordered rounds
+    (`data_order`: each model's per-tensor all-reduces in the leader's order, one choice a
+    message, `measured_s`), each all-reduce's time alone and the lanes' sharing as the simulator
+    takes them on this cluster (simulate.order_s; behind the links' token buckets on an emulated
+    network); the median over models. Only a worker count with such a round gets one."""
     from ddlbench.predict.simulate import order_s, ring_link_bytes  # simulate imports this module
 
     out = {}
     for ranks, models in (data or {}).items():
-        w, per_choice = int(ranks), []
+        w, per_message = int(ranks), []
         for model, d in (models or {}).items():
-            numels = _gradient_numels(model)
-            alone = [cluster.allreduce_s(4 * n, w, cluster.measured_algorithm) for n in numels]  # fp32
             measured_s = float(d["measured_s"])
             if w < 2 or not measured_s > 0:
                 raise ValueError(f"network {cluster.name!r}: data_order {ranks} {model}: {d!r} is invalid; "
                                  f"accepted: ranks >= 2, measured_s > 0")
-            per_choice.append(order_s(alone, measured_s, GLOO_THREADS, cluster.lane_speed.get(w),
-                                      cluster.inter if emulated else None,
-                                      [ring_link_bytes(4 * n, w) for n in numels] if emulated else None))
-        if per_choice:
-            out[w] = statistics.median(per_choice)
+            numels = _gradient_numels(model)
+            alone = [cluster.allreduce_s(4 * n, w, cluster.measured_algorithm) for n in numels]  # fp32
+            per_message.append(order_s(alone, measured_s, GLOO_THREADS, cluster.lane_speed.get(w),
+                                       cluster.inter if emulated else None,
+                                       [ring_link_bytes(4 * n, w) for n in numels] if emulated else None))
+        if per_message:
+            out[w] = statistics.median(per_message)
     return out
 
 
@@ -758,7 +758,7 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
             f"{source}: commbench's fusion mode, each model's per-tensor fp32 all-reduces in ByteScheduler's "
             f"order (rank 0 sends each choice to the others over a Gloo group, every rank launching it once "
             f"told; {backend} on {device}), the median over repeated records of the round's mean time "
-            f"(data_order), against which the predictor finds each choice's time (network.ordered_choices)")
+            f"(data_order), against which the predictor finds each message's time (network.ordered_choices)")
         out["data_order"] = order
     ps = _ps_fit(rows)
     if ps is not None:
@@ -883,10 +883,10 @@ def _lane_speeds(rows: list[dict], backend: str, two: tuple[float, float], by_ra
 def _ordered_rounds(rows: list[dict], backend: str) -> dict:
     """{workers: {model: {messages, measured_s}}} from commbench's ordered rounds
     (`per_tensor_ordered`: a model's per-tensor all-reduces, each launched once rank 0's choice
-    arrived): the median over repeated records of the mean time. The leader's choices go one at
-    a time: Gloo sends a choice only once every follower has posted its receive, which it does
-    after launching the last one (2 local workers on 2 cores: 1.1 ms a choice; 0.12 ms with no
-    all-reduce launched between choices)."""
+    arrived): the median over repeated records of the mean time. The leader's messages go one
+    at a time: Gloo sends one only once every follower has posted its receive, which it does
+    after launching what the last one said (2 local workers on 2 cores: 0.8-1.1 ms a choice in
+    a round, 0.12 ms with no all-reduce launched between choices)."""
     rounds = [r for r in rows if r.get("mode") == "fusion" and r.get("strategy") == "per_tensor_ordered"
               and r.get("dtype") == "fp32" and r.get("backend") == backend and r.get("time_us")
               and r.get("messages") and not r.get("wrong") and "error" not in r]
@@ -934,9 +934,11 @@ def _allreduce_cpu_fits(rows: list[dict], backend: str) -> dict:
     the + 1 the round's barrier, by least relative squares with a, b >= 0 (the median over
     repeated records of each model and strategy), for every worker count with two rounds of
     different shapes or more. A round too short for /proc/stat's ticks reads 0 and is left out;
-    so is a paced round (`per_tensor_paced`), whose window is mostly the worker's sleep."""
+    so is a paced round (`per_tensor_paced`), whose window is mostly the worker's sleep, and an
+    ordered one (`per_tensor_ordered`), whose messages are the leader's too."""
     bursts = [r for r in rows if r.get("mode") == "fusion" and r.get("device") == "cpu" and not r.get("pace_s")
-              and not r.get("order") and r.get("backend") == backend and r.get("cpu_busy_s") and not r.get("wrong") and "error" not in r]
+              and not r.get("order") and r.get("backend") == backend and r.get("cpu_busy_s")
+              and not r.get("wrong") and "error" not in r]
     out = {}
     for w in sorted({int(r["workers"]) for r in bursts}):
         by_shape: dict[tuple, list[float]] = {}

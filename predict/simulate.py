@@ -128,27 +128,22 @@ CreditQueue (push, pop, release) costs 0.47 us per partition on this project's C
 timeit over 400 partitions), so the queue's own cost is left out.
 
 Measured, not modelled yet (each alone moves other methods the wrong way):
-- this runtime's ByteScheduler machinery beside the compute, beyond its leader's order: at 2
-  local workers its launches came about 1 ms apart (a traced tiny-resnet run: median 0.98 ms
-  between the leader's choices, 0.74 ms from a choice to its launch; each choice 19 ms after its
-  partition was ready; in a later trace 2 ms a choice, the next forward waiting 47 ms for its
-  parameters). The order protocol itself (Gloo sends a choice only once the follower posted its
-  receive, after launching the last one) is modelled from commbench's ordered round on idle
-  ranks, and costs little here: 0 to 1.1 ms a choice at 2 local workers over three rounds (the
-  round no slower than its all-reduces, or barely), 0 at 4, 0 at 1 Gbit/s, 1.0 and 5.4 ms at
-  100 Mbit/s (2 and 4 workers); it moved the 2026-11-27 benches' errors by at most 2 points.
-  The rest is CPU: with 200 iterations of a 2-worker local run, ByteScheduler-A2A's processes
-  used 35.5 CPU-s in 21.7 s and WFBP-A2A's 23.5 in 14.7 s (both about 1.7 of the 2 cores busy),
-  about 30 ms more per worker and iteration for the same all-reduces, with twice the futex calls
-  (strace: 340k against 166k; sys time 9.8 against 4.2 s): the GIL and the wake-ups of its
-  dispatcher, completion and protocol threads beside the compute. A one-worker run shows 5 ms
-  per iteration of it (ByteScheduler-A2A's CPU over BSP-A2A's) and the ordered round on idle
-  ranks none; with a thread training the model beside each rank the ordered round took 2.5 ms a
-  choice at 2 workers, near the run's, but 54 ms at 4, ten times the run's, so no fixed load
-  stands for a run's and none is used. On tiny-resnet, whose every tensor is one partition and
-  whose gradients fit the credit, the model has ByteScheduler-A2A within 1% of WFBP-A2A (the same
-  all-reduces, launched as they appear), while its runs were 20-46% slower than WFBP-A2A's in
-  every setup of the 2026-11-26 benches (local and emulated, 2 and 4 workers);
+- this runtime's ByteScheduler machinery beside the compute, beyond its leader's messages. With
+  a message per partition its launches came 1-2 ms apart at 2 local workers (traced tiny-resnet
+  runs; the next forward waited 47 ms for its parameters) and its runs were 20-46% slower than
+  WFBP-A2A's in every setup of the 2026-11-26 benches; the leader now sends every partition it
+  can pick in one message, and on the 2026-11-27 benches (this version) ByteScheduler-A2A came
+  within 6.5% (emulated) and 11.3% (local: +18% at 2 workers, where every method's 2-worker run
+  was 9-19% slower than predicted) of the model. The messages' own time, from commbench's
+  ordered round on idle ranks, is small here (0-1.1 ms each at 2 local workers over three
+  rounds, 0 at 4 and at 1 Gbit/s, 1.0 and 5.4 ms at 100 Mbit/s). What remains is CPU: with the
+  old protocol and 200 iterations of a 2-worker local run, ByteScheduler-A2A's processes used
+  35.5 CPU-s in 21.7 s and WFBP-A2A's 23.5 in 14.7 s (both about 1.7 of the 2 cores busy), with
+  twice the futex calls (strace: 340k against 166k): the GIL and the wake-ups of its dispatcher,
+  completion and protocol threads beside the compute. A one-worker run shows 5 ms per
+  iteration of it (its CPU over BSP-A2A's), the ordered round on idle ranks none, and with a
+  thread training the model beside each rank the ordered round took 2.5 ms a message at 2
+  workers but 54 ms at 4, ten times a run's, so no fixed load stands for a run's;
 - a worker's messages while its cores compute: two Gloo workers here, each with a thread
   multiplying 256 x 256 matrices beside it, took 1.7-2.5 ms on average for a 1 KiB all-reduce
   (0.4-0.5 ms median: a call now and then waits out a scheduler slice) against 0.55-0.92 ms
@@ -527,12 +522,13 @@ def burst_s(durations_s: list[float], lanes: int, shared_speed: float, bucket: "
 
 def order_s(durations_s: list[float], measured_s: float, lanes: int, shared_speed: float | None,
             bucket: "Link | None" = None, link_bytes: list[float] | None = None) -> float:
-    """The time each choice of ByteScheduler's leader takes (the order protocol: it tells every
+    """The time each message of ByteScheduler's leader takes (the order protocol: it tells every
     other rank, then launches) at which commbench's ordered round (`durations_s`: its per-tensor
-    all-reduces, each one's time alone, all ready at once; the k-th launched once the k-th
-    choice is told, (k + 1) x the choice's time) takes `measured_s`, on `lanes` sharing at
-    `shared_speed` (None: one at a time), behind `bucket` where given: by bisection, between 0
-    (the all-reduces alone take that long) and the round's time per message."""
+    all-reduces, each one's time alone, all ready at once, one choice a message: the k-th
+    launched once the k-th message is told, (k + 1) x the message's time) takes `measured_s`, on
+    `lanes` sharing at `shared_speed` (None: one at a time), behind `bucket` where given: by
+    bisection, between 0 (the all-reduces alone take that long) and the round's time per
+    message."""
     lanes, speed = (lanes, shared_speed) if shared_speed else (1, 1.0)
 
     def took(s: float) -> float:
