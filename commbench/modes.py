@@ -131,7 +131,7 @@ def fusion(be, spec, emit) -> None:
         pace_s = float(spec.get("fusion_pace_s") or 0.0)
         if pace_s:  # as WFBP launches them while backward computes: one every pace_s
             strategies["per_tensor_paced"] = per_tensor
-        if control is not None:  # as ByteScheduler's leader orders them while the workers compute
+        if control is not None:  # as ByteScheduler's leader orders them: a choice a message
             strategies["per_tensor_ordered"] = per_tensor
         for name, groups_ in strategies.items():
             buffers = [torch.empty(sum(numels[i] for i in g), device=be.device) if len(g) > 1 else None for g in groups_]

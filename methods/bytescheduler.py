@@ -20,11 +20,11 @@ decides and sends its choices to the other workers over the Gloo control group; 
 same partitions, in that order, once their own gradients are ready. One message carries every
 partition that can go when the leader picks (up to MAX_CHOICES), as Horovod's coordinator
 answers each cycle with all the tensors it agreed on: a Gloo send waits for its receiver to post
-the receive, so one message per partition put a round trip between any two launches (tiny-resnet,
-2 local workers: 110-116 samples/s against 135-161 with one message per pick). On PS each machine schedules on its own, as
-ByteScheduler does over BytePS: with one worker per machine (or the per-GPU topology) each
-worker leads itself; where a machine's workers first reduce among themselves, the machine's
-leader decides for them (the transport's `order_group`).
+the receive, so one message per partition put a round trip between any two launches
+(tiny-resnet, 2 local workers: 110-116 samples/s against 135-165 with one message per pick).
+On PS each machine schedules on its own, as ByteScheduler does over BytePS: with one worker per
+machine (or the per-GPU topology) each worker leads itself; where a machine's workers first
+reduce among themselves, the machine's leader decides for them (the transport's `order_group`).
 
 The queue itself (`CreditQueue`) is pure, so the performance model can run the same one.
 """

@@ -62,8 +62,8 @@ but for PS on the emulated cluster's links, below):
   tells every other rank its choices before it launches them (`methods.bytescheduler`: every
   partition that can go when it picks, in one message), one message at a time: where make
   commbench timed its ordered round at the run's worker count in the run's placement, each
-  message takes the time found from it (`Cluster.order_s`, `order_s`). The study's ByteScheduler-PS (`scheduler: byteps`) is WFBP-PS with BytePS's
-  server schedule instead;
+  message takes the time found from it (`Cluster.order_s`, `order_s`). The study's
+  ByteScheduler-PS (`scheduler: byteps`) is WFBP-PS with BytePS's server schedule instead;
 - every other method updates all parameters after all communication, and the next forward
   starts after that;
 - workers and servers on one machine's cores (`Cluster.host_cpu`: a local run, the emulated
@@ -1224,8 +1224,9 @@ def _communicate(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg:
             queue.release(pid)
             dispatch()
 
-        # this runtime's A2A leader tells the others each choice before it launches it, one at a
-        # time (`Cluster.order_s`: commbench's ordered round); the study's Horovod has no leader
+        # this runtime's A2A leader tells the others its choices before it launches them, one
+        # message at a time (`Cluster.order_s`: commbench's ordered round); the study's Horovod
+        # has no leader
         order_s = cluster.order_s.get(workers, 0.0) if not p.ps and opts.stack == "ddlbench" else 0.0
         telling = [False]
 
