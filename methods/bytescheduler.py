@@ -147,8 +147,8 @@ class ByteScheduler(GradSync):
             self.updated[i].clear()
             self.left[i] = len(self.parts_of[i])
             flat = p.grad.view(-1)
-            now = self.ctx.tracer.now_us()
-            with self.cond:
+            with self.cond:  # stamped as queued: the leader's pick, under the lock, is before or after
+                now = self.ctx.tracer.now_us()
                 for pid in self.parts_of[i]:
                     part = self.parts[pid]
                     self.views[pid] = flat[part.start:part.end]
