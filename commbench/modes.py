@@ -51,6 +51,7 @@ import torch
 from ddlbench import hostcpu
 from ddlbench.commbench.collectives import pattern
 from ddlbench.commbench.worker import sizes, summarize, warm_up_and_plan
+from ddlbench.methods.bytescheduler import MAX_CHOICES, hear, tell
 from ddlbench.methods.grouped import fuse_by_threshold
 
 
@@ -99,18 +100,15 @@ def gradient_numels(model_name: str) -> list[int]:
 FUSION_PACE_S = 4e-4
 
 
-def order_choice(dist, control, rank: int, n: int, choice: torch.Tensor, k: int) -> int:
-    """ByteScheduler's order protocol (methods.bytescheduler: `_tell_followers`, `_follow`): rank 0
-    sends its choice `k` to every other rank over the Gloo `control` group, one blocking send
-    each; the others receive it. Gloo sends a message only once its receiver has posted the
-    receive, so the leader's next choice waits for every follower to have taken this one."""
+def order_choice(control, rank: int, n: int, msg: torch.Tensor, k: int) -> int:
+    """ByteScheduler's order protocol, the runtime's own (methods.bytescheduler: `tell`, `hear`):
+    rank 0 sends its choice `k` to every other rank over the Gloo `control` group, one blocking
+    send each; the others receive it. Gloo sends a message only once its receiver has posted
+    the receive, so the leader's next choice waits for every follower to have taken this one."""
     if rank == 0:
-        choice[0] = k
-        for r in range(1, n):
-            dist.send(choice, dst=r, group=control)
-    else:
-        dist.recv(choice, src=0, group=control)
-    return int(choice[0])
+        tell(control, list(range(1, n)), [k])
+        return k
+    return hear(control, 0, msg)[0]
 
 
 def fusion(be, spec, emit) -> None:
@@ -141,14 +139,14 @@ def fusion(be, spec, emit) -> None:
             def all_reduce_once() -> None:
                 works = []
                 start = time.perf_counter()
-                choice = torch.zeros(1, dtype=torch.int64)
+                choice = torch.zeros(MAX_CHOICES + 1, dtype=torch.int64) if ordered else None
                 for k, (g, buf) in enumerate(zip(groups_, buffers)):
                     if pace:  # sleep, not spin: the cores stay the collectives' own
                         wait = start + k * pace - time.perf_counter()
                         if wait > 0:
                             time.sleep(wait)
                     if ordered:  # rank 0 chooses, each other rank launches what it was told
-                        g = [order_choice(dist, control, be.rank, be.n, choice, k)]
+                        g = [order_choice(control, be.rank, be.n, choice, k)]
                     if buf is None:
                         works.append(dist.all_reduce(grads[g[0]], async_op=True))
                     else:

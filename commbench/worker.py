@@ -48,8 +48,9 @@ def warm_up_and_plan(once, budget_s: float, share, rank0: bool, warmup: int, ite
     calls to make: `warmup` and `iters` as asked; with `budget_s` (--seconds-per-size, the
     spec's `seconds_per_size`) and a warm-up asked for, the last of PROBE_WARMUPS warm-ups is
     timed and `calls_for` plans the rest, rank 0's plan on every rank (`share(n)`: n summed over
-    the ranks making the calls, which must all make the same ones). Returns (warm-ups made, timed calls). The sizes sweep and the fusion and ps modes
-    share it: a 2 MiB ps burst takes 0.4 s at 100 Mbit/s, 105 of them 45 s a worker count."""
+    the ranks making the calls, which must all make the same ones). Returns (warm-ups made, timed
+    calls). The sizes sweep and the fusion and ps modes share it: a 2 MiB ps burst takes 0.4 s at
+    100 Mbit/s, 105 of them 45 s a worker count."""
     probe = PROBE_WARMUPS if budget_s and warmup else 0
     for _ in range(warmup if not probe else probe - 1):
         once()

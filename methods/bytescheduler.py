@@ -44,6 +44,23 @@ from .grouped import broadcast_parameters
 MAX_CHOICES = 64  # choices per message from the leader to its followers
 
 
+def tell(group, followers: list[int], pids: list[int]) -> None:
+    """The leader's message to each follower over the Gloo `group`, one blocking send each: how
+    many choices (0: stop), then the choices, in launch order (at most MAX_CHOICES)."""
+    msg = torch.zeros(MAX_CHOICES + 1, dtype=torch.int64)
+    msg[0] = len(pids)
+    msg[1:1 + len(pids)] = torch.tensor(pids, dtype=torch.int64)
+    for r in followers:
+        dist.send(msg, dst=r, group=group)
+
+
+def hear(group, leader: int, msg: torch.Tensor) -> list[int]:
+    """A follower's next message from `leader` (into `msg`, MAX_CHOICES + 1 int64): the choices,
+    in launch order; [] means stop."""
+    dist.recv(msg, src=leader, group=group)
+    return msg[1:1 + int(msg[0])].tolist()
+
+
 class CreditQueue:
     """ByteScheduler's core: a priority queue of partitions with credit, in parameters.
 
@@ -226,12 +243,8 @@ class ByteScheduler(GradSync):
         """Launch what the leader chose, in its order, once the partition is ready here."""
         group, leader, _ = self.order
         msg = torch.empty(MAX_CHOICES + 1, dtype=torch.int64)
-        while True:
-            dist.recv(msg, src=leader, group=group)
-            count = int(msg[0])
-            if count == 0:
-                return
-            for pid in msg[1:1 + count].tolist():
+        while pids := hear(group, leader, msg):
+            for pid in pids:
                 self._wait(self.ready[pid])
                 with self.cond:
                     self.queue.take(pid)
@@ -240,14 +253,9 @@ class ByteScheduler(GradSync):
                 self._launch(pid, queued, chosen_us)
 
     def _tell_followers(self, pids: list[int]) -> None:
-        """One message to each follower: how many choices (0: stop), then the choices."""
         if self.order is not None:
             group, _, followers = self.order
-            msg = torch.zeros(MAX_CHOICES + 1, dtype=torch.int64)
-            msg[0] = len(pids)
-            msg[1:1 + len(pids)] = torch.tensor(pids, dtype=torch.int64)
-            for r in followers:
-                dist.send(msg, dst=r, group=group)
+            tell(group, followers, pids)
 
     def _launch(self, pid: int, queued: int, chosen_us: float) -> None:
         part = self.parts[pid]

@@ -1227,7 +1227,7 @@ def _communicate(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg:
         # this runtime's A2A leader tells the others its choices before it launches them, one
         # message at a time (`Cluster.order_s`: commbench's ordered round); the study's Horovod
         # has no leader
-        order_s = cluster.order_s.get(workers, 0.0) if not p.ps and opts.stack == "ddlbench" else 0.0
+        message_s = cluster.order_s.get(workers, 0.0) if not p.ps and opts.stack == "ddlbench" else 0.0
         telling = [False]
 
         def launch(pid):
@@ -1244,12 +1244,12 @@ def _communicate(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg:
 
         def dispatch():
             while not telling[0] and (pid := queue.pop()) is not None:
-                if order_s:  # every partition that can go now, in one message; the credit is
+                if message_s:  # every partition that can go now, in one message; the credit is
                     chosen = [pid]  # taken as it chooses, the launches wait for the telling
                     while len(chosen) < MAX_CHOICES and (pid := queue.pop()) is not None:
                         chosen.append(pid)
                     telling[0] = True
-                    sim.at(sim.now + order_s, told, chosen)
+                    sim.at(sim.now + message_s, told, chosen)
                 else:
                     launch(pid)
 
