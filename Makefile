@@ -196,9 +196,8 @@ shell: install
 
 # Every method (seven + DDP) at 2 and 4 workers on an emulated cluster of 4 worker hosts (one worker
 # each; PS servers on hosts of their own), at each rate of BENCH_LINKS, plus one worker per rate:
-# BSP-A2A for the speedup, the two ByteScheduler methods, whose one worker runs their whole
-# machinery, and WFBP-PS, whose one worker pays its hooks' cost per message (the predictor
-# calibrates both from them), each with BENCH_ONE_REPEATS repeats (a repeat
+# BSP-A2A for the speedup, and the two ByteScheduler methods, whose one worker runs their whole
+# machinery (the predictor calibrates it from them), each with BENCH_ONE_REPEATS repeats (a repeat
 # is 8 steps of ~10 ms: the median over several outlasts a disturbed one; repeats keep the setup, so
 # the speedup still reads one worker's); records in $(RESULTS)/emulated, shown by
 # `make figures RESULTS=$(RESULTS)/emulated`.
@@ -208,7 +207,7 @@ BENCH_ONE_REPEATS ?= 6
 # The bench's two sweeps, given where they run ($(1): the launcher's overrides and results_dir).
 bench_many = $(PY) -m ddlbench --multirun method=$(ALL_METHODS) workers=2,4 model=$(BENCH_MODEL) $(1) \
 	skip_recorded=true $(OVERRIDES)
-bench_one = $(PY) -m ddlbench --multirun method=bsp-a2a,bytescheduler-ps,bytescheduler-a2a,wfbp-ps workers=1 \
+bench_one = $(PY) -m ddlbench --multirun method=bsp-a2a,bytescheduler-ps,bytescheduler-a2a workers=1 \
 	model=$(BENCH_MODEL) profile.repeats=$(BENCH_ONE_REPEATS) $(1) skip_recorded=true $(OVERRIDES)
 bench-emulated: install
 	@for link in $(BENCH_LINKS); do \

@@ -232,18 +232,12 @@ def one_worker_bases(recs: list[dict]) -> dict:
 
 def calibrating_runs(recs: list[dict]):
     """(one-worker run, its setup's one-worker runs of methods that only compute at one worker)
-    for every one-worker run that calibrates a cost of this runtime (`Options.bytescheduler_unit_s`,
-    `Options.ps_message_s`)."""
+    for every one-worker run that calibrates ByteScheduler's machinery (`simulate.calibrate_unit_s`;
+    this runtime's ByteScheduler-PS runs the worker's queue)."""
     base = one_worker_bases(recs)
     return [(r, base[setup_key(r)]) for r in recs if r["workers"] == 1 and setup_key(r) in base
-            and r["method"] in simulate.METHODS and calibrates(r["method"])]
-
-
-def calibrates(method: str) -> bool:
-    """Whether a one-worker run of `method` calibrates a cost of this runtime: ByteScheduler's
-    machinery (`simulate.calibrate_unit_s`; this runtime's ByteScheduler-PS runs the worker's
-    queue) or WFBP-PS's per message (`calibrate_ps_message_s`)."""
-    return method == "wfbp-ps" or simulate.runs_bytescheduler_queue(simulate.method_config(method, "worker"))
+            and r["method"] in simulate.METHODS
+            and simulate.runs_bytescheduler_queue(simulate.method_config(r["method"], "worker"))]
 
 
 def ok_records(results: str) -> list[dict]:
@@ -265,8 +259,7 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
     """Over our own records with a known network: ({method: [(predicted, measured)]} with the
     workers sharing this machine, the same as if each had it alone, the per-run rows
     (method, network, workers, predicted, measured, MG-WFBP's plan check) of the first, and {(model, batch, method,
-    network): this runtime's calibrated cost in seconds, ByteScheduler's machinery per unit or
-    WFBP-PS's per message}).
+    network): ByteScheduler's calibrated machinery per unit in seconds}).
 
     The setup's one-worker throughput: every one-worker run of a method that only computes at
     one worker (`compute_only_at_one_worker`), on any network (one worker sends nothing), same
@@ -278,9 +271,8 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
     as the bench finished where it kept them, else now; the second's iterations' spread is what
     the W workers wait for (`Profile.sync_factor`). ByteScheduler's own
     machinery is calibrated from the one-worker runs of that method where there are some
-    (`simulate.calibrate_unit_s`), and rescaled as the compute is; WFBP-PS's cost per message
-    likewise (`simulate.calibrate_ps_message_s`). Both against the setup's one-worker compute
-    at the calibrating run's own threads (`at_threads_of`)."""
+    (`simulate.calibrate_unit_s`), against the setup's one-worker compute at that run's own
+    threads (`at_threads_of`), and rescaled as the compute is."""
     recs = ok_records(results)
     own = defaultdict(list)
     for r in recs:
@@ -301,20 +293,16 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
         placed = record_cluster(r, net)  # the network in the run's shape
         mine = own.get((*key, r["method"], one_worker_link(r["method"], net)))  # its one-worker runs
         ukey = (r["model"], r["local_batch"], r["method"], net)
-        if mine and calibrates(r["method"]) and ukey not in units:
+        if mine and simulate.runs_bytescheduler_queue(cfg) and ukey not in units:
             # its one-worker run's compute, at that run's threads
             prof1 = cli.load_profile(r["model"], r["local_batch"], at_threads_of(results, base[0], x1, mine[0]))
-            period_s = r["local_batch"] / one_worker_samples_per_sec(mine)
-            units[ukey] = simulate.calibrate_ps_message_s(prof1, placed, period_s, stack_opts) \
-                if r["method"] == "wfbp-ps" else simulate.calibrate_unit_s(r["method"], prof1, placed, period_s,
-                                                                           stack_opts)
-        cost_s = units.get(ukey, 0.0)
+            units[ukey] = simulate.calibrate_unit_s(r["method"], prof1, placed,
+                                                    r["local_batch"] / one_worker_samples_per_sec(mine), stack_opts)
+        unit_s = units.get(ukey, 0.0)
         ratio = by_itself.compute_s / beside.compute_s
         resolved, plan = mgwfbp_resolved(r), ""
-        for pairs, one, u, spread in ((shared, x1 * ratio, cost_s / ratio, beside), (alone, x1, cost_s, by_itself)):
-            # a message's hand-off is one thread's; `simulate.ps_message_cost_s` slows it where threads share cores
-            costs = {"ps_message_s": cost_s} if r["method"] == "wfbp-ps" else {"bytescheduler_unit_s": u}
-            opts = replace(stack_opts, mgwfbp_alpha_beta=resolved, **costs)
+        for pairs, one, u, spread in ((shared, x1 * ratio, unit_s / ratio, beside), (alone, x1, unit_s, by_itself)):
+            opts = replace(stack_opts, bytescheduler_unit_s=u, mgwfbp_alpha_beta=resolved)
             # the iterations' spread of the same measured profile: what W workers wait for
             prof = replace(cli.load_profile(r["model"], r["local_batch"], one), iteration_s=spread.iteration_s)
             p, prof, cluster = cli.predict(r["model"], [r["workers"]], placed, (r["method"],), r["local_batch"], one,
@@ -473,9 +461,8 @@ def main(argv=None) -> int:
         print("(apart: |again - these| / these for each run measured in both: the measurement's own spread, "
               "a floor under any prediction's error)")
     if units:
-        print("\nThis runtime's own costs, calibrated from one-worker runs (one worker alone): ByteScheduler's "
-              "machinery per unit, WFBP-PS's per message on its backward thread")
-        print(markdown(["model", "local batch", "method", "network", "ms per unit or message"],
+        print("\nByteScheduler's own machinery, calibrated from its one-worker runs (per unit, one worker alone):")
+        print(markdown(["model", "local batch", "method", "network", "ms per unit"],
                        [[*k, f"{v * 1e3:.3f}"] for k, v in sorted(units.items())]))
     print("\nPer run (sharing): predicted / measured samples/s")
     print(markdown(["method", "network", "workers", "predicted", "measured", "error", "MG-WFBP: predictor's own plan"],

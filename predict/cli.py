@@ -134,7 +134,7 @@ class Prediction:
                "iteration_s": self.iteration_s, "compute_s": self.compute_s,
                "one_worker_samples_per_sec": prof.samples_per_sec_1, "profile_source": prof.source,
                "stack": opts.stack, "algorithm": opts.algorithm, "bytescheduler_ps": opts.bytescheduler_ps,
-               "bytescheduler_unit_s": opts.bytescheduler_unit_s, "ps_message_s": opts.ps_message_s,
+               "bytescheduler_unit_s": opts.bytescheduler_unit_s,
                "network_sources": cluster.sources, "git_commit": git_commit(), "predicted_at": now_iso()}
         cfg = simulate.method_config(self.method, opts.bytescheduler_ps)
         if cfg["architecture"] == "ps":
@@ -396,9 +396,6 @@ def main(argv=None) -> int:
     ap.add_argument("--bytescheduler-unit-ms", type=float, default=0.0,
                     help="with --stack ddlbench: ByteScheduler's own machinery per unit, from a one-worker run of "
                          "the method (benchmarks/predict_validation.py prints it; 0: not modelled)")
-    ap.add_argument("--ps-message-ms", type=float, default=0.0,
-                    help="with --stack ddlbench: WFBP-PS's cost per message on its worker's backward thread, from a "
-                         "one-worker run of the method (benchmarks/predict_validation.py prints it; 0: not modelled)")
     ap.add_argument("--ps-topology", default=None, choices=simulate.PS_TOPOLOGIES,
                     help="PS methods: per-machine (BytePS, the study; the default) or per-gpu (every worker pushes, "
                          "no node stage: this runtime's method.ps_topology=per-gpu; with --stack ddlbench)")
@@ -423,11 +420,8 @@ def main(argv=None) -> int:
         if not a.bytescheduler_unit_ms >= 0 or (a.bytescheduler_unit_ms and a.stack != "ddlbench"):
             raise ValueError(f"--bytescheduler-unit-ms={a.bytescheduler_unit_ms!r} with --stack {a.stack} is invalid; "
                              f"accepted: >= 0, and 0 but with --stack ddlbench (this runtime's machinery)")
-        if not a.ps_message_ms >= 0 or (a.ps_message_ms and a.stack != "ddlbench"):
-            raise ValueError(f"--ps-message-ms={a.ps_message_ms!r} with --stack {a.stack} is invalid; "
-                             f"accepted: >= 0, and 0 but with --stack ddlbench (this runtime's hooks)")
         opts = replace(study_opts(a.profile, a.stack, a.algorithm, ps_topology=a.ps_topology),
-                       bytescheduler_unit_s=a.bytescheduler_unit_ms / 1e3, ps_message_s=a.ps_message_ms / 1e3)
+                       bytescheduler_unit_s=a.bytescheduler_unit_ms / 1e3)
         net = network.with_intra(network.load(a.network), a.intra) if a.intra else a.network
         batch = a.local_batch or model_batch(a.model)
         results = None if a.no_record else check_results(a.results)  # before a minute of measuring, not after

@@ -71,14 +71,8 @@ but for PS on the emulated cluster's links, below):
   the kernel's networking; measured by commbench's ps bursts), which the compute lacks while
   the messages are in flight: where they leave during backward (WFBP, ByteScheduler), backward
   takes m x (the messages' CPU per machine) / cores longer (`host_cpu_s`), gradients appearing
-  proportionally later; where the workers' threads (the launchers' rule: the cores shared out
-  over workers and servers) leave cores spare, those take the messages' CPU first through
-  backward and the computing cores pay only the rest (`computing_cores`: one worker beside its
-  server on 2 cores computes on one). WFBP-PS's messages also cost their worker's own backward
-  thread in this runtime (`Options.ps_message_s` each: the hook's hand-off to the engine, one
-  interpreter lock), calibrated from a one-worker run of the method (`calibrate_ps_message_s`).
-  The last message's round is still timed whole after backward (the PS link's alpha and beta,
-  measured on the same cores): its CPU counts twice. All-reduces that
+  proportionally later. The last message's round is still timed whole after backward (the PS
+  link's alpha and beta, measured on the same cores): its CPU counts twice. All-reduces that
   leave during backward (WFBP, MG-WFBP, DDP's buckets, ByteScheduler) likewise cost every worker
   the CPU commbench's fusion bursts measured per all-reduce at the run's worker count (Gloo's
   threads, the kernel's networking), and backward takes W x that / cores longer: for WFBP,
@@ -335,10 +329,6 @@ class Options:
     bytescheduler_unit_s: float = 0.0  # ByteScheduler's own machinery per unit (this runtime's threads
                                     # and per-parameter updates), serial on the update path; from a
                                     # one-worker run of the method (`calibrate_unit_s`); 0: not modelled
-    ps_message_s: float = 0.0       # WFBP-PS: each message's own cost on its worker's backward thread
-                                    # in this runtime (the hook's hand-off to the PS engine, the
-                                    # interpreter lock its threads share); from a one-worker run of the
-                                    # method (`calibrate_ps_message_s`); 0: not modelled
     server_contention: bool = True  # False: a what-if for `explain`: each server link carries one
                                     # machine's bytes and summing is free
     mgwfbp_alpha_beta: tuple[float, float] | None = None  # MG-WFBP's alpha, beta as a run resolved
@@ -364,9 +354,6 @@ class Options:
         if not self.bytescheduler_unit_s >= 0 or (self.bytescheduler_unit_s and self.stack != "ddlbench"):
             raise ValueError(f"bytescheduler_unit_s={self.bytescheduler_unit_s!r} with stack={self.stack!r} is invalid; "
                              f"accepted: >= 0 seconds, and 0 but with stack ddlbench (this runtime's machinery)")
-        if not self.ps_message_s >= 0 or (self.ps_message_s and self.stack != "ddlbench"):
-            raise ValueError(f"ps_message_s={self.ps_message_s!r} with stack={self.stack!r} is invalid; "
-                             f"accepted: >= 0 seconds, and 0 but with stack ddlbench (this runtime's hooks)")
         if not (isinstance(self.horovod_cycle_s, (int, float)) and self.horovod_cycle_s >= 0):
             raise ValueError(f"horovod_cycle_s={self.horovod_cycle_s!r} is invalid; accepted: >= 0 seconds "
                              f"(0: each request at once)")
@@ -1002,7 +989,6 @@ def simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opts
     cpu_s = host_cpu_s(p, profile, cluster, workers, cfg, opts)
     if cpu_s and not p.ps and not p.bytescheduler:  # only what runs during backward takes its cores
         cpu_s = allreduce_cpu_in_backward_s(p, profile, cluster, workers, cfg, opts)
-    cpu_s += ps_message_cost_s(p, cluster, workers, opts)
     if cpu_s:
         profile = stretched_backward(profile, cpu_s)
     if p.ps and not p.bytescheduler and opts.server_contention and fifo_pulls(cluster, workers):
@@ -1099,36 +1085,18 @@ def calibrate_unit_s(method: str, profile: Profile, cluster: Cluster, one_worker
     measured one (bisection: the iteration grows with it), in the ddlbench stack (the runtime
     that ran it). 0 where the run was no slower than the model without it. Its source is a
     one-worker run of the method, never a multi-worker result."""
+    opts = replace(opts, stack="ddlbench", bytescheduler_unit_s=0.0)  # the runtime whose one worker ran
     if not runs_bytescheduler_queue(method_config(method, opts.bytescheduler_ps)):
         raise ValueError(f"method {method!r} (bytescheduler_ps={opts.bytescheduler_ps!r}) has no ByteScheduler "
                          f"queue to calibrate; accepted: bytescheduler-a2a, or bytescheduler-ps with its worker queue")
-    return _one_worker_cost(method, profile, cluster, one_worker_period_s, opts, "bytescheduler_unit_s")
-
-
-def calibrate_ps_message_s(profile: Profile, cluster: Cluster, one_worker_period_s: float, opts: Options) -> float:
-    """WFBP-PS's cost per message on its worker's backward thread in this runtime
-    (`Options.ps_message_s`), from a one-worker run of WFBP-PS on `cluster`: the cost at which the
-    model's one-worker iteration equals the measured one, as `calibrate_unit_s` finds its own.
-    One worker computes on fewer threads than the machine's cores beside its server
-    (`computing_cores`), so what its messages cost it there is their own part; where every core
-    computes, their busy CPU is charged besides (`host_cpu_s`)."""
-    return _one_worker_cost("wfbp-ps", profile, cluster, one_worker_period_s, opts, "ps_message_s")
-
-
-def _one_worker_cost(method: str, profile: Profile, cluster: Cluster, one_worker_period_s: float, opts: Options,
-                     knob: str) -> float:
-    """The `Options` cost `knob` at which the model's one-worker iteration of `method` in this
-    runtime equals `one_worker_period_s` (bisection: the iteration grows with it); 0 where the
-    run was no slower than the model without it."""
-    opts = replace(opts, stack="ddlbench", **{knob: 0.0})  # the runtime whose one worker ran
     plan = plan_for(method, profile, cluster, 1, opts)
 
-    def period(cost_s: float) -> float:
-        return simulate(method, profile, cluster, 1, replace(opts, **{knob: cost_s}), plan).period_s
+    def period(unit_s: float) -> float:
+        return simulate(method, profile, cluster, 1, replace(opts, bytescheduler_unit_s=unit_s), plan).period_s
     lo, hi = 0.0, one_worker_period_s
     if period(0.0) >= one_worker_period_s:
         return 0.0
-    for _ in range(50):  # to a 2^-50 share of the period; the period grows with the cost, >= it
+    for _ in range(50):  # to a 2^-50 share of the period; the period grows with the unit, >= it
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if period(mid) < one_worker_period_s else (lo, mid)
     return (lo + hi) / 2
@@ -1152,8 +1120,7 @@ def host_cpu_s(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg: d
     pusher's messages (a machine's leader, or every worker per-gpu; each partition one message,
     `ps.plan`) over the cores; where commbench's node bursts measured a per-machine node of the
     run's g workers on these cores, every machine's messages at that node's CPU per message (its
-    reduce and broadcast over the g workers included); cores the workers' threads leave spare
-    take it first through backward, and the computing ones the rest (`computing_cores`). All-reduce: every worker's all-reduces
+    reduce and broadcast over the g workers included). All-reduce: every worker's all-reduces
     (`HostCpu.allreduce_s`, at the run's worker count) over the cores, but those that leave with
     backward's last gradient, when no compute is left to wait (the PS messages' rule still
     counts them): ByteScheduler's charge, and the bound that `allreduce_cpu_in_backward_s`
@@ -1178,43 +1145,9 @@ def host_cpu_s(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg: d
     machines, g = cluster.nodes(workers)
     parts = plan(numels, esize, int(cfg["partition_bytes"]), opts.servers or machines)
     if g > 1 and not per_gpu(cfg, opts) and g in hc.node_ps:  # the node's whole path per message, measured
-        busy = machines * sum(hc.node_message_s(part.numel * esize, g) for ps in parts for part in ps)
-    else:
-        busy = pushers(cluster, workers, cfg, opts) * sum(hc.message_s(part.numel * esize) for ps in parts
-                                                          for part in ps)
-    computing = computing_cores(cluster, workers, opts)
-    return max(0.0, busy - (hc.cores - computing) * profile.backward_s) / computing
-
-
-def ps_message_cost_s(p: Plan, cluster: Cluster, workers: int, opts: Options) -> float:
-    """What a WFBP-PS worker's own messages cost its backward thread (`Options.ps_message_s` per
-    message), at the speed its thread gets where more threads than cores share one machine
-    (`Cluster.host_cpu`). 0 for every other method (ByteScheduler-PS pushes from its own
-    threads, its machinery calibrated apart: `Options.bytescheduler_unit_s`)."""
-    if not (opts.ps_message_s and p.ps and p.eager and not p.bytescheduler):
-        return 0.0
-    hc = cluster.host_cpu
-    share = 1.0 if hc is None else max(1.0, workers * threads_per_worker(cluster, workers, opts) / hc.cores)
-    return len(p.messages) * opts.ps_message_s * share
-
-
-def threads_per_worker(cluster: Cluster, workers: int, opts: Options) -> int:
-    """A PS worker's intra-op threads where every worker and server shares one machine's cores
-    (`Cluster.host_cpu`), by the launchers' rule (ddlbench.config.threads_for: the cores shared
-    out over the workers and the servers, at least one each); 1 elsewhere."""
-    hc = cluster.host_cpu
-    if hc is None:
-        return 1
-    return max(1, hc.cores // (workers + (opts.servers or cluster.nodes(workers)[0])))
-
-
-def computing_cores(cluster: Cluster, workers: int, opts: Options) -> int:
-    """How many of the shared machine's cores a PS run's compute keeps busy: its workers'
-    threads, at most every core. The rest are spare during backward and take the messages' CPU
-    first: one worker of a 2-core machine computes on one thread beside its server, and a
-    message costs it only its own part (`Options.ps_message_s`)."""
-    hc = cluster.host_cpu
-    return min(hc.cores, workers * threads_per_worker(cluster, workers, opts))
+        return machines * sum(hc.node_message_s(part.numel * esize, g) for ps in parts for part in ps) / hc.cores
+    per_pusher = sum(hc.message_s(part.numel * esize) for ps in parts for part in ps)
+    return pushers(cluster, workers, cfg, opts) * per_pusher / hc.cores
 
 
 CPU_FIXED_POINT_STEPS = 30   # `allreduce_cpu_in_backward_s`' iterations at most
@@ -1371,8 +1304,7 @@ def explain(method: str, profile: Profile, cluster: Cluster, workers: int, opts:
     """Where the predicted iteration goes: compute, and the exposed communication attributed by
     re-simulating without each cost in turn: latency (every alpha 0), bandwidth (every beta 0),
     server (servers as fast as one machine's link and summing free), cpu (PS messages free of
-    the cores that workers and servers share, `Cluster.host_cpu`, and of their hooks' own cost,
-    `Options.ps_message_s`), scheduler (ByteScheduler's
+    the cores that workers and servers share, `Cluster.host_cpu`), scheduler (ByteScheduler's
     own machinery free, `Options.bytescheduler_unit_s`), stragglers (no worker waits for a
     slower one, `Options.stragglers`). Each share is what the
     iteration would lose without that cost alone; shares overlap and need not add up."""
@@ -1395,8 +1327,8 @@ def explain(method: str, profile: Profile, cluster: Cluster, workers: int, opts:
               "bandwidth": without(beta=False),
               "server": max(0.0, base - simulate(method, profile, cluster, workers,
                                                  replace(opts, server_contention=False), plan).period_s),
-              "cpu": max(0.0, base - simulate(method, profile, replace(cluster, host_cpu=None), workers,
-                                              replace(opts, ps_message_s=0.0), plan).period_s),
+              "cpu": max(0.0, base - simulate(method, profile, replace(cluster, host_cpu=None), workers, opts,
+                                              plan).period_s),
               "scheduler": max(0.0, base - simulate(method, profile, cluster, workers,
                                                     replace(opts, bytescheduler_unit_s=0.0), plan).period_s)
               if opts.bytescheduler_unit_s and plan.bytescheduler else 0.0,

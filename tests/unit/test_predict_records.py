@@ -143,8 +143,6 @@ def test_bad_inputs_are_one_line(tmp_path, capsys):
     assert cli.main(["--methods", "bogus", "--results", str(tmp_path)]) == 2
     assert cli.main(["--bytescheduler-unit-ms", "-1", "--results", str(tmp_path)]) == 2
     assert cli.main(["--bytescheduler-unit-ms", "0.5", "--results", str(tmp_path)]) == 2  # the study's stack
-    assert cli.main(["--ps-message-ms", "-1", "--results", str(tmp_path)]) == 2
-    assert cli.main(["--ps-message-ms", "0.5", "--results", str(tmp_path)]) == 2  # the study's stack
     capsys.readouterr()
     assert cli.main(["--one-worker", "-5", "--results", str(tmp_path)]) == 2
     assert "one-worker throughput -5.0 samples/s is invalid; accepted: a finite number > 0" in capsys.readouterr().err
@@ -233,12 +231,12 @@ def test_validation_pools_one_worker_runs_and_calibrates_bytescheduler_from_its_
     assert runs[0][3] < base[2][0][3]  # and the two-worker prediction pays it
 
 
-def test_validation_calibrates_wfbp_ps_per_message_from_its_one_worker_run_at_that_runs_threads(tmp_path,
-                                                                                                  monkeypatch):
+def test_validation_calibrates_bytescheduler_ps_against_the_compute_at_its_one_worker_runs_threads(tmp_path,
+                                                                                                     monkeypatch):
     """A one-worker PS run computes beside its server on fewer threads than the one-worker
-    all-reduce runs (2 cores: 1 against 2), so WFBP-PS's cost per message is calibrated against
+    all-reduce runs (2 cores: 1 against 2), so ByteScheduler-PS's machinery is calibrated against
     the setup's compute at the PS run's own threads (`at_threads_of`: a profile at each), not the
-    faster compute of the other runs, which would read the lost thread as message cost."""
+    faster compute of the other runs, which would read the lost thread as machinery."""
     import importlib.util
 
     from ddlbench import record
@@ -253,17 +251,15 @@ def test_validation_calibrates_wfbp_ps_per_message_from_its_one_worker_run_at_th
     def write(method, workers, sps, threads):
         record.write(tmp_path, {**_measured(method, workers, sps), "env": {"OMP_NUM_THREADS": str(threads)}})
     write("bsp-a2a", 1, 100.0, 2)
-    write("wfbp-ps", 2, 60.0, 1)
-    write("wfbp-ps", 1, 40.0, 1)
-    shared, alone, runs, units = validation.local(str(tmp_path), "loopback")
-    cost_s = units[("tiny-resnet", 8, "wfbp-ps", "loopback")]
+    write("bytescheduler-ps", 2, 60.0, 1)
+    write("bytescheduler-ps", 1, 40.0, 1)
+    unit_s = validation.local(str(tmp_path), "loopback")[3][("tiny-resnet", 8, "bytescheduler-ps", "loopback")]
     two = next(r for r in validation.ok_records(str(tmp_path)) if r["workers"] == 2)
     cluster = validation.record_cluster(two, "loopback")
     opts = cli.study_opts("local", "ddlbench", backend="gloo")
-    assert cost_s > 0 and cost_s == pytest.approx(simulate.calibrate_ps_message_s(one_thread, cluster, 8 / 40.0, opts))
-    assert cost_s < simulate.calibrate_ps_message_s(two_threads, cluster, 8 / 40.0, opts)
-    one = simulate.simulate("wfbp-ps", one_thread, cluster, 1, replace(opts, ps_message_s=cost_s)).period_s
-    assert one == pytest.approx(8 / 40.0, rel=1e-6)  # the model's one worker is the run's
+    assert unit_s > 0 and unit_s == pytest.approx(
+        simulate.calibrate_unit_s("bytescheduler-ps", one_thread, cluster, 8 / 40.0, opts))
+    assert unit_s < simulate.calibrate_unit_s("bytescheduler-ps", two_threads, cluster, 8 / 40.0, opts)
 
 
 def test_validation_predicts_a_local_run_as_one_machine_and_an_emulated_one_as_configured():

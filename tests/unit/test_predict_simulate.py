@@ -507,58 +507,6 @@ def test_ps_messages_take_the_shared_cores_from_backward():
     assert ex["shares_s"]["cpu"] == pytest.approx(1.5) and ex["shares_s"]["compute"] == pytest.approx(4.0)
 
 
-def test_a_spare_core_takes_the_ps_messages_cpu_before_the_compute_does():
-    """One worker beside its server on 2 cores computes on one thread (the launchers' rule: 2
-    cores // 2 processes): the other core is spare through backward's 3 s and takes the
-    messages' CPU first. 3 messages at 0.5 s (1.5 s) fit in it: no charge. At 1.5 s each (4.5 s)
-    1.5 s is left over, and the one computing core pays it: backward 4.5 s, each gradient later
-    in proportion (ready 1.5, 3, 4.5), as a profile built so by hand. Two workers (and their two
-    servers) compute on both cores: nothing is spare, as before."""
-    alone = Cluster("toy", intra=None, inter=Link(0.0, 1e-5), gpus_per_node=1)
-    shared = lambda s: replace(alone, host_cpu=HostCpu(cores=2, s_per_message=s))  # noqa: E731
-    cfg, o = simulate.method_config("wfbp-ps"), simulate.Options()
-    assert simulate.threads_per_worker(shared(0.5), 1, o) == 1 and simulate.computing_cores(shared(0.5), 1, o) == 1
-    assert simulate.host_cpu_s(simulate.plan_for("wfbp-ps", toy(), shared(0.5), 1, o), toy(), shared(0.5), 1, cfg,
-                               o) == 0.0
-    assert period("wfbp-ps", toy(), shared(0.5), workers=1, stack="ddlbench") == \
-        pytest.approx(period("wfbp-ps", toy(), alone, workers=1, stack="ddlbench"))
-    assert simulate.host_cpu_s(simulate.plan_for("wfbp-ps", toy(), shared(1.5), 1, o), toy(), shared(1.5), 1, cfg,
-                               o) == pytest.approx(1.5)
-    assert period("wfbp-ps", toy(), shared(1.5), workers=1, stack="ddlbench") == \
-        pytest.approx(period("wfbp-ps", toy(ready=(4.5, 3.0, 1.5)), alone, workers=1, stack="ddlbench"))
-    assert simulate.computing_cores(shared(0.5), 2, o) == 2
-    assert simulate.host_cpu_s(simulate.plan_for("wfbp-ps", toy(), shared(0.5), 2, o), toy(), shared(0.5), 2, cfg,
-                               o) == pytest.approx(1.5)
-
-
-def test_wfbp_ps_messages_cost_their_workers_backward_thread_and_one_worker_calibrates_it():
-    """`ps_message_s` 0.5 s: each worker's 3 WFBP-PS messages make its backward 1.5 s longer, as
-    1.5 s of the shared cores' CPU did (test_ps_messages_take_the_shared_cores_from_backward:
-    7.1 s against 5.6). Four one-thread workers on 2 cores run at half speed: 3 s. BSP-PS sends
-    after backward and ByteScheduler-PS from its own threads: untouched. A one-worker run's
-    period gives the cost back (`calibrate_ps_message_s`); a run no slower than the model, 0."""
-    alone = Cluster("toy", intra=None, inter=Link(0.0, 1e-5), gpus_per_node=1)
-    hooks = simulate.Options(stack="ddlbench", ps_message_s=0.5)
-    assert simulate.simulate("wfbp-ps", toy(), alone, 2, hooks).period_s == pytest.approx(7.1)
-    assert simulate.simulate("bsp-ps", toy(), alone, 2, hooks).period_s == \
-        pytest.approx(period("bsp-ps", toy(), alone, stack="ddlbench"))
-    assert simulate.simulate("bytescheduler-ps", toy(), alone, 2, replace(hooks, bytescheduler_ps="worker")).period_s \
-        == pytest.approx(period("bytescheduler-ps", toy(), alone, stack="ddlbench", bytescheduler_ps="worker"))
-    four = replace(alone, host_cpu=HostCpu(cores=2, s_per_message=0.0))
-    assert simulate.ps_message_cost_s(simulate.plan_for("wfbp-ps", toy(), four, 4, hooks), four, 4, hooks) == \
-        pytest.approx(3.0)
-    ex = simulate.explain("wfbp-ps", toy(), alone, 2, hooks)
-    assert ex["shares_s"]["cpu"] == pytest.approx(1.5)
-    one = simulate.simulate("wfbp-ps", toy(), alone, 1, replace(hooks, ps_message_s=0.25)).period_s
-    assert one > period("wfbp-ps", toy(), alone, workers=1, stack="ddlbench")
-    assert simulate.calibrate_ps_message_s(toy(), alone, one, simulate.Options()) == pytest.approx(0.25)
-    assert simulate.calibrate_ps_message_s(toy(), alone, 4.0, simulate.Options()) == 0.0
-    with pytest.raises(ValueError, match="ps_message_s=0.5 with stack='study' is invalid"):
-        simulate.Options(stack="study", ps_message_s=0.5)
-    with pytest.raises(ValueError, match="ps_message_s=-1.*accepted: >= 0"):
-        simulate.Options(stack="ddlbench", ps_message_s=-1)
-
-
 def test_bytescheduler_machinery_delays_each_update_and_one_worker_calibrates_it():
     # Stack ddlbench, one worker: nothing to send, each gradient lands as it appears (p2 2, p1 3,
     # p0 4 in the first iteration, backward from 1). Each parameter is one unit; with 0.5 s of
