@@ -28,8 +28,11 @@ every worker pushes PS_BURST_KEYS keys back to back and waits for all, at two si
 wall time of a burst (`bytes`: all its keys) each row carries the machine's busy CPU per
 worker-message (`cpu_busy_s`, from /proc/stat between the barriers around the timed bursts,
 `cpu_window_s`: every process on the machine, the kernel's networking included, so the machine
-should be otherwise idle), and `cores`. Where workers and servers share one machine's cores (a local run, the emulated cluster),
-that CPU is taken from the workers' compute: the predictor charges it there (network.HostCpu).
+should be otherwise idle), and `cores`; then the same bursts with one push every
+--fusion-pace-ms (`pace_s`), as backward spaces its gradients. Where workers and servers share
+one machine's cores (a local run, the emulated cluster), that CPU is taken from the workers'
+compute: the predictor charges it there (network.HostCpu), at the paced bursts' cost where
+there are some.
 Where every rank is a process of this one host (`spec["one_host"]`: not across emulated hosts or
 Slurm nodes), the same bursts again through the per-machine topology a local run of W workers
 has (methods.ps_node: the W workers one node, its leader pushing once per key): each key's
@@ -255,18 +258,29 @@ def _share(workers):
 
 def _bursts(be, spec, workers, pp, keys_per_size, first_iteration: int):
     """Every worker pushes each burst's keys back to back and waits for all, at each of
-    PS_BURST_BYTES: yield (key bytes, keys, tensors, times, warm-ups, busy CPU per worker-message
-    fields)."""
+    PS_BURST_BYTES, then again with one push every `fusion_pace_s` (as WFBP pushes while
+    backward computes; none where it is 0): yield (key bytes, keys, tensors, times, warm-ups,
+    busy CPU per worker-message fields, pace). A paced message costs the machine more CPU than
+    one of a burst (1 Gbit/s, 2 workers: 0.70-0.75 ms against 0.47 at 256 B, 0.98-1.02 against
+    0.83 at 64 KiB): its wake-ups are its own, not shared with the keys beside it."""
     import torch.distributed as dist
 
     W = be.n - 1
     it = first_iteration
-    for nbytes, keys in zip(PS_BURST_BYTES, keys_per_size):
+    paces = [0.0] + ([float(spec["fusion_pace_s"])] if spec.get("fusion_pace_s") else [])
+    for (nbytes, keys), pace in ((size, pace) for pace in paces for size in zip(PS_BURST_BYTES, keys_per_size)):
         xs = [torch.ones(nbytes // 4, device=be.device) for _ in keys]
 
         def burst() -> None:
             nonlocal it
-            for h in [pp.reduce_async(x, iteration=it, tensors=["x"], group=g) for x, g in zip(xs, keys)]:
+            hs, start = [], time.perf_counter()
+            for k, (x, g) in enumerate(zip(xs, keys)):
+                if pace:  # sleep, not spin: the cores stay the messages' own
+                    wait = start + k * pace - time.perf_counter()
+                    if wait > 0:
+                        time.sleep(wait)
+                hs.append(pp.reduce_async(x, iteration=it, tensors=["x"], group=g))
+            for h in hs:
                 h.wait()
             it += 1
 
@@ -287,7 +301,7 @@ def _bursts(be, spec, workers, pp, keys_per_size, first_iteration: int):
         busy1, window_s = hostcpu.busy_s(), time.perf_counter() - window0
         cpu = {"cpu_busy_s": (busy1 - busy0) / (iters * W * len(keys)), "cpu_window_s": window_s,
                "cores": hostcpu.cores()} if busy0 is not None and busy1 is not None else {}
-        yield nbytes, keys, xs, times, warmup, cpu
+        yield nbytes, keys, xs, times, warmup, cpu, pace
 
 
 def _ps_rounds_and_bursts(be, spec, emit, workers, layout) -> None:
@@ -328,10 +342,10 @@ def _ps_rounds_and_bursts(be, spec, emit, workers, layout) -> None:
         it += 1
         expected = sum(pattern(x.numel(), r, torch.float32, be.device) for r in range(W)) / W
         report("push_pull", int((~torch.isclose(x, expected)).sum().item()), times, x.numel() * 4, warmup=warmup)
-    for nbytes, keys, xs, times, warmup, cpu in _bursts(be, spec, workers, pp, bursts, it):
+    for nbytes, keys, xs, times, warmup, cpu, pace in _bursts(be, spec, workers, pp, bursts, it):
         # every key pushed ones by every worker: their average is ones
         report("push_pull_burst", sum(int((x != 1).sum().item()) for x in xs), times, nbytes * len(keys),
-               keys=len(keys), key_bytes=nbytes, warmup=warmup, **cpu)
+               keys=len(keys), key_bytes=nbytes, warmup=warmup, **({"pace_s": pace} if pace else {}), **cpu)
     pp.close()
 
 
@@ -345,9 +359,9 @@ def _ps_node_bursts(be, spec, emit, workers, node) -> None:
     pp = ps_node.wrap(ctx, ps_zmq.TRANSPORT(ctx, node, PS_PARTITION_BYTES), node)
     bursts = [[j * PS_BURST_KEYS + k for k in range(PS_BURST_KEYS)] for j in range(len(PS_BURST_BYTES))]
     pp.prepare([n // 4 for n in PS_BURST_BYTES for _ in range(PS_BURST_KEYS)])
-    for nbytes, keys, xs, times, warmup, cpu in _bursts(be, spec, workers, pp, bursts, 0):
+    for nbytes, keys, xs, times, warmup, cpu, pace in _bursts(be, spec, workers, pp, bursts, 0):
         report_extra = {"keys": len(keys), "key_bytes": nbytes, "node_workers": W, "ps_topology": "per-machine",
-                        "warmup": warmup, **cpu}
+                        "warmup": warmup, **({"pace_s": pace} if pace else {}), **cpu}
         _ps_report(be, spec, emit, workers, "push_pull_node_burst", sum(int((x != 1).sum().item()) for x in xs),
                    times, nbytes * len(keys), **report_extra)
     pp.close()

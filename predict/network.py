@@ -110,7 +110,8 @@ class HostCpu:
     """Workers and servers on one machine's `cores` (a local run, the emulated cluster): each PS
     message a worker sends costs the machine `s_per_message + s_per_byte * n` busy CPU seconds
     (the worker's and the server's processes, the kernel's networking), which the workers'
-    compute then lacks. Measured by commbench's ps bursts (hostcpu.busy_s). Likewise each
+    compute then lacks. Measured by commbench's ps bursts (hostcpu.busy_s; its paced ones, one
+    push every pace_s as backward spaces its gradients, where there are some). Likewise each
     all-reduce of n bytes costs the machine `allreduce[W]`'s s_per_message + s_per_byte * n per
     worker at W ranks (Gloo's threads, the kernel's networking), measured by commbench's fusion
     bursts, and each message through a per-machine PS node of g workers on these cores (its
@@ -785,8 +786,9 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
         out["data_node_ps"] = {g: {"bytes": fs, "time_s": ft} for g, (fs, ft, _, _) in node.items()}
     cpu = _host_cpu_fit(rows) if shared_cores else None
     if cpu is not None:
-        out["host_cpu"], sizes_cpu, busy = cpu
-        out["sources"]["host_cpu"] = (f"{source}: commbench's ps bursts ({sizes_cpu[0]} and {sizes_cpu[-1]} B keys), "
+        out["host_cpu"], sizes_cpu, busy, paced = cpu
+        out["sources"]["host_cpu"] = (f"{source}: commbench's {'paced ' if paced else ''}ps bursts "
+                                      f"({sizes_cpu[0]} and {sizes_cpu[-1]} B keys), "
                                       f"the machine's busy CPU per worker-message, {busy[0] * 1e3:.3f} and "
                                       f"{busy[-1] * 1e3:.3f} ms, through both points; workers and servers on this "
                                       f"machine's {out['host_cpu']['cores']} cores")
@@ -900,20 +902,27 @@ def _ordered_rounds(rows: list[dict], backend: str) -> dict:
 
 
 def _host_cpu_fit(rows: list[dict]):
-    """({cores, s_per_message, s_per_byte}, sizes, busy) from commbench's 2-worker ps bursts on
-    the CPU (a GPU's compute does not wait for the cores): the machine's busy CPU per
-    worker-message at each key size (the median over repeated records), a line through the
-    smallest and the largest (per-byte cost at least 0), or None without bursts that measured
-    the CPU (no /proc/stat)."""
-    bursts = [r for r in rows if r.get("mode") == "ps" and r.get("collective") == "push_pull_burst"
-              and r.get("workers") == 2 and r.get("device") == "cpu" and r.get("cpu_busy_s") is not None
-              and not r.get("wrong") and "error" not in r]
+    """({cores, s_per_message, s_per_byte}, sizes, busy, paced) from commbench's 2-worker ps
+    bursts on the CPU (a GPU's compute does not wait for the cores): the machine's busy CPU per
+    worker-message at each key size (the median over repeated records; the paced bursts' where
+    there are some, `paced_first`), a line through the smallest and the largest (per-byte cost
+    at least 0), or None without bursts that measured the CPU (no /proc/stat)."""
+    bursts = paced_first([r for r in rows if r.get("mode") == "ps" and r.get("collective") == "push_pull_burst"
+                          and r.get("workers") == 2 and r.get("device") == "cpu" and r.get("cpu_busy_s") is not None
+                          and not r.get("wrong") and "error" not in r])
     if not bursts:
         return None
     sizes, busy = _medians_by_size([(r["key_bytes"], r["cpu_busy_s"]) for r in bursts])
     per_message, slope = _line_through_ends(sizes, busy)
     return {"cores": min(int(r["cores"]) for r in bursts), "s_per_message": per_message, "s_per_byte": slope}, \
-        sizes, busy
+        sizes, busy, bool(bursts[0].get("pace_s"))
+
+
+def paced_first(bursts: list[dict]) -> list[dict]:
+    """The paced ps bursts among these where there are some (`pace_s`: one push every pace_s, as
+    WFBP and ByteScheduler push while backward computes), else all: a paced message costs the
+    machine more CPU than one of a back-to-back burst, whose keys share their wake-ups."""
+    return [r for r in bursts if r.get("pace_s")] or bursts
 
 
 def _line_through_ends(sizes: list[int], values: list[float]) -> tuple[float, float]:
@@ -974,12 +983,12 @@ def _nonnegative_two_term_fit(points) -> tuple[float, float]:
 
 def _node_ps_fits(rows: list[dict]) -> dict:
     """{node workers: (key sizes, time per key, a, b)} from commbench's ps node bursts on the CPU
-    (`push_pull_node_burst`: a burst's wall time over its keys, the median over repeated records
+    (`push_pull_node_burst`, not paced: a burst's wall time over its keys, the median over repeated records
     at each key size; t = a + b n by methods.mgwfbp.fit_alpha_beta), for every node size with two
     key sizes or more."""
     from ddlbench.methods.mgwfbp import fit_alpha_beta
 
-    bursts = [r for r in _node_bursts(rows) if r.get("time_us") and r.get("keys")]
+    bursts = [r for r in _node_bursts(rows) if r.get("time_us") and r.get("keys") and not r.get("pace_s")]
     out = {}
     for g in sorted({int(r["node_workers"]) for r in bursts}):
         sizes, times = _medians_by_size([(r["key_bytes"], float(r["time_us"]) * 1e-6 / int(r["keys"]))
@@ -992,13 +1001,13 @@ def _node_ps_fits(rows: list[dict]) -> dict:
 def _node_ps_cpu_fits(rows: list[dict]) -> dict:
     """{node workers: (s_per_message, s_per_byte)}: the machine's busy CPU per key of commbench's
     ps node bursts (`cpu_busy_s` per worker-message x the node's workers; the median over
-    repeated records at each key size), a line through the smallest and the largest key (per-byte
+    repeated records at each key size; the paced bursts' where there are some), a line through the smallest and the largest key (per-byte
     cost at least 0), for every node size with two key sizes or more."""
     bursts = [r for r in _node_bursts(rows) if r.get("cpu_busy_s") is not None]
     out = {}
     for g in sorted({int(r["node_workers"]) for r in bursts}):
-        sizes, busy = _medians_by_size([(r["key_bytes"], r["cpu_busy_s"] * g) for r in bursts
-                                        if int(r["node_workers"]) == g])
+        sizes, busy = _medians_by_size([(r["key_bytes"], r["cpu_busy_s"] * g)
+                                        for r in paced_first([r for r in bursts if int(r["node_workers"]) == g])])
         if len(sizes) >= 2:
             out[g] = _line_through_ends(sizes, busy)
     return out

@@ -68,7 +68,8 @@ but for PS on the emulated cluster's links, below):
   starts after that;
 - workers and servers on one machine's cores (`Cluster.host_cpu`: a local run, the emulated
   cluster): every PS message costs that machine CPU (the worker's and the server's processes,
-  the kernel's networking; measured by commbench's ps bursts), which the compute lacks while
+  the kernel's networking; measured by commbench's ps bursts, paced as backward spaces its
+  gradients where measured so), which the compute lacks while
   the messages are in flight: where they leave during backward (WFBP, ByteScheduler), backward
   takes m x (the messages' CPU per machine) / cores longer (`host_cpu_s`), gradients appearing
   proportionally later. The last message's round is still timed whole after backward (the PS

@@ -140,10 +140,14 @@ def test_ps_mode_pushes_and_pulls_through_the_ps_engine_and_fits_the_ps_wire(tmp
     from ddlbench import hostcpu
     from ddlbench.commbench.modes import PS_BURST_BYTES, PS_BURST_KEYS
 
+    from ddlbench.commbench.modes import FUSION_PACE_S
+
     bursts = [r for r in rows if r["collective"] == "push_pull_burst"]
-    # then the same bursts through per-machine PS: the 2 workers one node, its leader the pusher
+    # then the same bursts through per-machine PS: the 2 workers one node, its leader the pusher;
+    # each kind back to back, then paced (one push every --fusion-pace-ms, by default FUSION_PACE_S)
     node = [r for r in rows if r["collective"] == "push_pull_node_burst"]
-    assert [r["key_bytes"] for r in bursts] == [r["key_bytes"] for r in node] == list(PS_BURST_BYTES)
+    assert [r["key_bytes"] for r in bursts] == [r["key_bytes"] for r in node] == list(PS_BURST_BYTES) * 2
+    assert [r.get("pace_s") for r in bursts] == [r.get("pace_s") for r in node] == [None] * 2 + [FUSION_PACE_S] * 2
     assert len(rows) == len(rounds) + len(bursts) + len(node)
     assert all(r["node_workers"] == 2 and r["ps_topology"] == "per-machine" for r in node)
     for r in bursts + node:

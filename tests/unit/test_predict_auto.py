@@ -289,6 +289,11 @@ def test_commbench_node_bursts_set_a_local_per_machine_ps_nodes_pace(tmp_path):
     assert spec["inter"]["node_ps"]["by_ranks"] == {4: pytest.approx({"alpha_s": an, "beta_s_per_byte": bn})}
     assert "ps node bursts" in spec["sources"]["node_ps"] and spec["inter"]["allreduce"]["one_machine"]
     assert spec["host_cpu"]["node_ps"] == {4: pytest.approx({"s_per_message": ac, "s_per_byte": bc})}
+    # paced node bursts: their CPU per key is the charge; their wall time, mostly the pacing, no stage
+    paced = [{**b, "pace_s": 4e-4, "time_us": 1e6, "cpu_busy_s": 2 * b["cpu_busy_s"]} for b in bursts[:2]]
+    spec_paced = network.commbench_network(commbench_rows() + node + bursts + paced, "local-box", "test data")
+    assert spec_paced["inter"]["node_ps"] == spec["inter"]["node_ps"]
+    assert spec_paced["host_cpu"]["node_ps"] == {4: pytest.approx({"s_per_message": 2 * ac, "s_per_byte": 2 * bc})}
     network.write_config(spec, tmp_path)
     c = network.load("local-box", tmp_path)
     here = network.on_one_machine(c, 4)
@@ -370,6 +375,15 @@ def test_commbench_ps_bursts_fit_the_cpu_a_message_costs_the_shared_machine(tmp_
     slope = (8e-4 - 5e-4) / (65536 - 256)
     assert spec["host_cpu"] == pytest.approx({"cores": 2, "s_per_message": 5e-4 - 256 * slope, "s_per_byte": slope})
     assert "ps bursts" in spec["sources"]["host_cpu"]
+    # paced bursts (one push every pace_s, as backward spaces its gradients), where there are
+    # some, give the line instead: their messages do not share wake-ups
+    paced = [{**burst, "key_bytes": 256, "cpu_busy_s": 7e-4, "pace_s": 4e-4},
+             {**burst, "key_bytes": 65536, "cpu_busy_s": 1e-3, "pace_s": 4e-4}]
+    with_paced = network.commbench_network(commbench_rows() + rows + paced, "loopback", "test data")
+    slope_paced = (1e-3 - 7e-4) / (65536 - 256)
+    assert with_paced["host_cpu"] == pytest.approx({"cores": 2, "s_per_message": 7e-4 - 256 * slope_paced,
+                                                    "s_per_byte": slope_paced})
+    assert "paced ps bursts" in with_paced["sources"]["host_cpu"]
     network.write_config(spec, tmp_path)
     c = network.load("loopback", tmp_path)
     assert c.host_cpu.message_s(65536) == pytest.approx(8e-4)
