@@ -983,9 +983,9 @@ def _nonnegative_two_term_fit(points) -> tuple[float, float]:
 
 def _node_ps_fits(rows: list[dict]) -> dict:
     """{node workers: (key sizes, time per key, a, b)} from commbench's ps node bursts on the CPU
-    (`push_pull_node_burst`, not paced: a burst's wall time over its keys, the median over repeated records
-    at each key size; t = a + b n by methods.mgwfbp.fit_alpha_beta), for every node size with two
-    key sizes or more."""
+    (`push_pull_node_burst`, not paced: a burst's wall time over its keys, the median over
+    repeated records at each key size; t = a + b n by methods.mgwfbp.fit_alpha_beta), for every
+    node size with two key sizes or more."""
     from ddlbench.methods.mgwfbp import fit_alpha_beta
 
     bursts = [r for r in _node_bursts(rows) if r.get("time_us") and r.get("keys") and not r.get("pace_s")]
@@ -1001,8 +1001,9 @@ def _node_ps_fits(rows: list[dict]) -> dict:
 def _node_ps_cpu_fits(rows: list[dict]) -> dict:
     """{node workers: (s_per_message, s_per_byte)}: the machine's busy CPU per key of commbench's
     ps node bursts (`cpu_busy_s` per worker-message x the node's workers; the median over
-    repeated records at each key size; the paced bursts' where there are some), a line through the smallest and the largest key (per-byte
-    cost at least 0), for every node size with two key sizes or more."""
+    repeated records at each key size; the paced bursts' where there are some), a line through
+    the smallest and the largest key (per-byte cost at least 0), for every node size with two
+    key sizes or more."""
     bursts = [r for r in _node_bursts(rows) if r.get("cpu_busy_s") is not None]
     out = {}
     for g in sorted({int(r["node_workers"]) for r in bursts}):

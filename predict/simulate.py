@@ -69,11 +69,11 @@ but for PS on the emulated cluster's links, below):
 - workers and servers on one machine's cores (`Cluster.host_cpu`: a local run, the emulated
   cluster): every PS message costs that machine CPU (the worker's and the server's processes,
   the kernel's networking; measured by commbench's ps bursts, paced as backward spaces its
-  gradients where measured so), which the compute lacks while
-  the messages are in flight: where they leave during backward (WFBP, ByteScheduler), backward
-  takes m x (the messages' CPU per machine) / cores longer (`host_cpu_s`), gradients appearing
-  proportionally later. The last message's round is still timed whole after backward (the PS
-  link's alpha and beta, measured on the same cores): its CPU counts twice. All-reduces that
+  gradients where measured so), which the compute lacks while the messages are in flight:
+  where they leave during backward (WFBP, ByteScheduler), backward takes m x (the messages' CPU
+  per machine) / cores longer (`host_cpu_s`), gradients appearing proportionally later. The
+  last message's round is still timed whole after backward (the PS link's alpha and beta,
+  measured on the same cores): its CPU counts twice. All-reduces that
   leave during backward (WFBP, MG-WFBP, DDP's buckets, ByteScheduler) likewise cost every worker
   the CPU commbench's fusion bursts measured per all-reduce at the run's worker count (Gloo's
   threads, the kernel's networking), and backward takes W x that / cores longer: for WFBP,
