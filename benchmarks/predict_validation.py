@@ -195,14 +195,20 @@ def at_threads_of(results: str, one_worker_run: dict, x1: float, run: dict) -> f
     one-worker run) computed on: a one-worker PS run shares the cores with its server (2 cores:
     one thread, where the one-worker all-reduce runs got two), so the model's compute for it is
     rescaled by the ratio of two profiles of one worker alone, at either run's threads."""
+    at = thread_profiles(results, one_worker_run, run)
+    return x1 if at is None else x1 * at[0].compute_s / at[1].compute_s
+
+
+def thread_profiles(results: str, one_worker_run: dict, run: dict):
+    """(one worker alone at `one_worker_run`'s threads, at `run`'s), measured or kept in
+    `profiles_dir`; None where the two runs had the same threads."""
     from ddlbench.predict import profile
 
     have, want = run_threads(one_worker_run), run_threads(run)
     if have == want:
-        return x1
-    at = {t: profile.measured(run["model"], run["local_batch"], "cpu", threads=t, cache_dir=profiles_dir(results),
-                              repeats=CALIBRATION_REPEATS) for t in (have, want)}
-    return x1 * at[have].compute_s / at[want].compute_s
+        return None
+    return tuple(profile.measured(run["model"], run["local_batch"], "cpu", threads=t, cache_dir=profiles_dir(results),
+                                  repeats=CALIBRATION_REPEATS) for t in (have, want))
 
 
 def setup_key(r: dict) -> tuple:
@@ -251,7 +257,7 @@ def calibrate(results: str) -> int:
     for r, base in setups(recs):
         setup_profiles(results, r, base[0])
     for r, base in calibrating_runs(recs):
-        at_threads_of(results, base[0], 1.0, r)
+        thread_profiles(results, base[0], r)
     return len(list(profiles_dir(results).glob("*-measured.json")))
 
 

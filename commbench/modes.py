@@ -104,6 +104,14 @@ def gradient_numels(model_name: str) -> list[int]:
 FUSION_PACE_S = 4e-4
 
 
+def pace_to(start: float, k: int, pace_s: float) -> None:
+    """Sleep (not spin: the cores stay the messages' own) until the k-th launch of a round paced
+    at one every `pace_s` from `start`."""
+    wait = start + k * pace_s - time.perf_counter()
+    if wait > 0:
+        time.sleep(wait)
+
+
 def order_choice(control, rank: int, n: int, msg: torch.Tensor, k: int) -> int:
     """ByteScheduler's order protocol, the runtime's own (methods.bytescheduler: `tell`, `hear`):
     rank 0 sends its choice `k` to every other rank over the Gloo `control` group, one blocking
@@ -145,10 +153,8 @@ def fusion(be, spec, emit) -> None:
                 start = time.perf_counter()
                 choice = torch.zeros(MAX_CHOICES + 1, dtype=torch.int64) if ordered else None
                 for k, (g, buf) in enumerate(zip(groups_, buffers)):
-                    if pace:  # sleep, not spin: the cores stay the collectives' own
-                        wait = start + k * pace - time.perf_counter()
-                        if wait > 0:
-                            time.sleep(wait)
+                    if pace:
+                        pace_to(start, k, pace)
                     if ordered:  # rank 0 chooses, each other rank launches what it was told
                         g = [order_choice(control, be.rank, be.n, choice, k)]
                     if buf is None:
@@ -261,7 +267,7 @@ def _bursts(be, spec, workers, pp, keys_per_size, first_iteration: int):
     """Every worker pushes each burst's keys back to back and waits for all, at each of
     PS_BURST_BYTES, then again with one push every `fusion_pace_s` (as WFBP pushes while
     backward computes; none where it is 0): yield (key bytes, keys, tensors, times, warm-ups,
-    busy CPU per worker-message fields, pace). A paced message costs the machine more CPU than
+    the row's fields: the pace where paced, the busy CPU per worker-message). A paced message costs the machine more CPU than
     one of a burst (1 Gbit/s, 2 workers: 0.70 ms against 0.47-0.50 at 256 B, 0.96 against 0.92
     at 64 KiB): its wake-ups are its own, not shared with the keys beside it."""
     import torch.distributed as dist
@@ -269,17 +275,15 @@ def _bursts(be, spec, workers, pp, keys_per_size, first_iteration: int):
     W = be.n - 1
     it = first_iteration
     paces = [0.0] + ([float(spec["fusion_pace_s"])] if spec.get("fusion_pace_s") else [])
-    for pace, (nbytes, keys) in itertools.product(paces, list(zip(PS_BURST_BYTES, keys_per_size))):
+    for pace, (nbytes, keys) in itertools.product(paces, zip(PS_BURST_BYTES, keys_per_size)):
         xs = [torch.ones(nbytes // 4, device=be.device) for _ in keys]
 
         def burst() -> None:
             nonlocal it
             hs, start = [], time.perf_counter()
             for k, (x, g) in enumerate(zip(xs, keys)):
-                if pace:  # sleep, not spin: the cores stay the messages' own
-                    wait = start + k * pace - time.perf_counter()
-                    if wait > 0:
-                        time.sleep(wait)
+                if pace:
+                    pace_to(start, k, pace)
                 hs.append(pp.reduce_async(x, iteration=it, tensors=["x"], group=g))
             for h in hs:
                 h.wait()
@@ -302,7 +306,7 @@ def _bursts(be, spec, workers, pp, keys_per_size, first_iteration: int):
         busy1, window_s = hostcpu.busy_s(), time.perf_counter() - window0
         cpu = {"cpu_busy_s": (busy1 - busy0) / (iters * W * len(keys)), "cpu_window_s": window_s,
                "cores": hostcpu.cores()} if busy0 is not None and busy1 is not None else {}
-        yield nbytes, keys, xs, times, warmup, cpu, pace
+        yield nbytes, keys, xs, times, warmup, {**({"pace_s": pace} if pace else {}), **cpu}
 
 
 def _ps_rounds_and_bursts(be, spec, emit, workers, layout) -> None:
@@ -343,10 +347,10 @@ def _ps_rounds_and_bursts(be, spec, emit, workers, layout) -> None:
         it += 1
         expected = sum(pattern(x.numel(), r, torch.float32, be.device) for r in range(W)) / W
         report("push_pull", int((~torch.isclose(x, expected)).sum().item()), times, x.numel() * 4, warmup=warmup)
-    for nbytes, keys, xs, times, warmup, cpu, pace in _bursts(be, spec, workers, pp, bursts, it):
+    for nbytes, keys, xs, times, warmup, fields in _bursts(be, spec, workers, pp, bursts, it):
         # every key pushed ones by every worker: their average is ones
         report("push_pull_burst", sum(int((x != 1).sum().item()) for x in xs), times, nbytes * len(keys),
-               keys=len(keys), key_bytes=nbytes, warmup=warmup, **({"pace_s": pace} if pace else {}), **cpu)
+               keys=len(keys), key_bytes=nbytes, warmup=warmup, **fields)
     pp.close()
 
 
@@ -360,9 +364,9 @@ def _ps_node_bursts(be, spec, emit, workers, node) -> None:
     pp = ps_node.wrap(ctx, ps_zmq.TRANSPORT(ctx, node, PS_PARTITION_BYTES), node)
     bursts = [[j * PS_BURST_KEYS + k for k in range(PS_BURST_KEYS)] for j in range(len(PS_BURST_BYTES))]
     pp.prepare([n // 4 for n in PS_BURST_BYTES for _ in range(PS_BURST_KEYS)])
-    for nbytes, keys, xs, times, warmup, cpu, pace in _bursts(be, spec, workers, pp, bursts, 0):
+    for nbytes, keys, xs, times, warmup, fields in _bursts(be, spec, workers, pp, bursts, 0):
         report_extra = {"keys": len(keys), "key_bytes": nbytes, "node_workers": W, "ps_topology": "per-machine",
-                        "warmup": warmup, **({"pace_s": pace} if pace else {}), **cpu}
+                        "warmup": warmup, **fields}
         _ps_report(be, spec, emit, workers, "push_pull_node_burst", sum(int((x != 1).sum().item()) for x in xs),
                    times, nbytes * len(keys), **report_extra)
     pp.close()
