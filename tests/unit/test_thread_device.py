@@ -150,3 +150,19 @@ def test_every_helper_thread_of_the_methods_starts_through_start_thread():
                     and path.name != "base.py":
                 offenders.append(f"{path.name}:{node.lineno}")
     assert not offenders, f"threads started without binding the rank's device: {offenders}"
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="no /proc: thread names are Linux's here")
+def test_a_helper_thread_is_named_in_the_kernel_for_top_and_per_thread_cpu():
+    """`top -H`, `ps -L` and /proc show a method's helper threads by name (Python's own thread
+    name never reaches the kernel): "ddlb-" and the start of the name, Linux's 15 characters."""
+    seen, go = [], threading.Event()
+
+    def note() -> None:
+        seen.append(Path(f"/proc/self/task/{threading.get_native_id()}/comm").read_text().strip())
+        go.wait(5)
+
+    thread = base.start_thread(note, "bytescheduler")
+    go.set()
+    thread.join(5)
+    assert seen == ["ddlb-byteschedu"]
