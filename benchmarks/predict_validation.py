@@ -190,6 +190,24 @@ def setup_profiles(results: str, run: dict, one_worker_run: dict):
                              cache_dir=where, repeats=CALIBRATION_REPEATS))
 
 
+# ByteScheduler's machinery beside the run's other workers (profile.machinery_s) is timed in this
+# many alternating rounds: beside three neighbours on 2 cores, 6 rounds gave 2.7 and 7.4 ms in two
+# measurements of tiny-resnet.
+MACHINERY_ROUNDS = 12
+
+
+def setup_machinery(results: str, run: dict) -> float:
+    """ByteScheduler's machinery in one worker of `run`, beside its W-1 others at its threads
+    (profile.machinery_s, kept in `profiles_dir`): seconds per iteration, taken from compute
+    (`simulate.Options.bytescheduler_cpu_s`). 0 for a method without ByteScheduler's queue."""
+    from ddlbench.predict import profile
+
+    if not simulate.runs_bytescheduler_queue(simulate.method_config(run["method"], "worker")):
+        return 0.0
+    return profile.machinery_s(run["model"], run["local_batch"], threads=run_threads(run), sharers=run["workers"],
+                               cache_dir=profiles_dir(results), rounds=MACHINERY_ROUNDS)["machinery_s"]
+
+
 def at_threads_of(results: str, one_worker_run: dict, x1: float, run: dict) -> float:
     """The setup's one-worker throughput `x1` (of `one_worker_run`) at the threads `run` (a
     one-worker run) computed on: a one-worker PS run shares the cores with its server (2 cores:
@@ -256,9 +274,11 @@ def calibrate(results: str) -> int:
     recs = ok_records(results)
     for r, base in setups(recs):
         setup_profiles(results, r, base[0])
+        setup_machinery(results, r)
     for r, base in calibrating_runs(recs):
         thread_profiles(results, base[0], r)
-    return len(list(profiles_dir(results).glob("*-measured.json")))
+    return len(list(profiles_dir(results).glob("*-measured.json")) +
+               list(profiles_dir(results).glob("*-machinery.json")))
 
 
 def local(results: str, local_network: str | None) -> tuple[dict, dict, list, dict]:
@@ -275,10 +295,16 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
     one-worker run's threads against one worker beside W-1 others at the W-worker run's threads
     (`setup_profiles`: profile.measured, sharers=W; no communication runs in either), measured
     as the bench finished where it kept them, else now; the second's iterations' spread is what
-    the W workers wait for (`Profile.sync_factor`). ByteScheduler's own
-    machinery is calibrated from the one-worker runs of that method where there are some
+    the W workers wait for (`Profile.sync_factor`). ByteScheduler's own machinery: with the
+    workers sharing the cores, what it adds to one worker's iteration beside W-1 others at the
+    run's threads (`setup_machinery`: profile.machinery_s, measured with the profiles), taken
+    from compute; as if each had the machine alone, a delay per unit on its update path,
+    calibrated from the one-worker runs of that method where there are some
     (`simulate.calibrate_unit_s`), against the setup's one-worker compute at that run's own
-    threads (`at_threads_of`), and rescaled as the compute is."""
+    threads (`at_threads_of`). One worker's machinery alone cannot stand for it beside others:
+    its threads then wait for cores (tiny-resnet, one thread: 3.1 ms alone, 7.8 ms beside a
+    second worker), and as a delay on the update path it hid behind the communication of two
+    workers (+24% on ByteScheduler-A2A's 2 local workers, +5% taken from compute)."""
     recs = ok_records(results)
     own = defaultdict(list)
     for r in recs:
@@ -307,8 +333,11 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
         unit_s = units.get(ukey, 0.0)
         ratio = by_itself.compute_s / beside.compute_s
         resolved, plan = mgwfbp_resolved(r), ""
-        for pairs, one, u, spread in ((shared, x1 * ratio, unit_s / ratio, beside), (alone, x1, unit_s, by_itself)):
-            opts = replace(stack_opts, bytescheduler_unit_s=u, mgwfbp_alpha_beta=resolved)
+        # ByteScheduler's machinery: beside the run's other workers, their cores' time it takes
+        # (measured so); alone, a delay on its own update path (calibrated from its one-worker run)
+        for pairs, one, u, cpu, spread in ((shared, x1 * ratio, 0.0, setup_machinery(results, r), beside),
+                                           (alone, x1, unit_s, 0.0, by_itself)):
+            opts = replace(stack_opts, bytescheduler_unit_s=u, bytescheduler_cpu_s=cpu, mgwfbp_alpha_beta=resolved)
             # the iterations' spread of the same measured profile: what W workers wait for
             prof = replace(cli.load_profile(r["model"], r["local_batch"], one), iteration_s=spread.iteration_s)
             p, prof, cluster = cli.predict(r["model"], [r["workers"]], placed, (r["method"],), r["local_batch"], one,

@@ -134,7 +134,7 @@ class Prediction:
                "iteration_s": self.iteration_s, "compute_s": self.compute_s,
                "one_worker_samples_per_sec": prof.samples_per_sec_1, "profile_source": prof.source,
                "stack": opts.stack, "algorithm": opts.algorithm, "bytescheduler_ps": opts.bytescheduler_ps,
-               "bytescheduler_unit_s": opts.bytescheduler_unit_s,
+               "bytescheduler_unit_s": opts.bytescheduler_unit_s, "bytescheduler_cpu_s": opts.bytescheduler_cpu_s,
                "network_sources": cluster.sources, "git_commit": git_commit(), "predicted_at": now_iso()}
         cfg = simulate.method_config(self.method, opts.bytescheduler_ps)
         if cfg["architecture"] == "ps":

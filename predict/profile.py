@@ -407,6 +407,109 @@ def _workload(model: str, local_batch: int, dev):
     return w, torch.optim.SGD(w.model.parameters(), lr=0.01, momentum=0.9)
 
 
+MACHINERY_ROUNDS = 6   # `machinery_s`: alternating rounds of plain and ByteScheduler iterations
+MACHINERY_ITERS = 40   # iterations per round (tiny-resnet here: about 1 s per pair of rounds)
+
+
+def machinery_s(model: str, local_batch: int, threads: int | None = None, sharers: int = 1, cache: bool = True,
+                cache_dir: Path | None = None, rounds: int = MACHINERY_ROUNDS, iters: int = MACHINERY_ITERS) -> dict:
+    """ByteScheduler's own machinery in this runtime, per iteration of one worker on the CPU
+    (`simulate.Options.bytescheduler_cpu_s`): the mean iteration of the real
+    `methods.bytescheduler.ByteScheduler` at one worker (its dispatcher thread, queue,
+    per-parameter updates and forward pre-hooks, all under one GIL; a world of one sends
+    nothing) less the mean plain iteration (forward, backward, one momentum-SGD step), in
+    `rounds` alternating rounds of `iters` iterations each, so that the machine's drift falls on
+    both alike. `threads` and `sharers` as in `measured`: where a run's workers share this
+    machine's cores, `sharers - 1` neighbours train beside it, and the machinery's threads then
+    wait for cores (tiny-resnet at one thread: 3.8 ms alone, 8.0 ms beside a second worker).
+    Both models start alike and take the same batches, so their parameters must end alike (else
+    it raises: what was timed was not ByteScheduler training). A one-worker microbenchmark, no
+    multi-worker result. Returns {"machinery_s" (>= 0),
+    "plain_s", "bytescheduler_s", "source"}; cached per model, batch, threads, sharers and
+    rounds, in `cache_dir` (default CACHE_DIR)."""
+    import time
+
+    import torch
+    from omegaconf import OmegaConf
+
+    from ddlbench.config import conf_dir
+    from ddlbench.driver import step
+    from ddlbench.methods import build
+    from ddlbench.methods.base import Context
+    from ddlbench.trace import NullTracer
+
+    if sharers < 1 or rounds < 1 or iters < 1:
+        raise ValueError(f"sharers={sharers!r}, rounds={rounds!r}, iters={iters!r} are invalid; accepted: each >= 1")
+    threads = threads or torch.get_num_threads()
+    path = Path(cache_dir or CACHE_DIR) / f"{model}-b{local_batch}-cpu-t{threads}-s{sharers}-r{rounds}x{iters}-machinery.json"
+    if cache:
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            pass
+    cpu = torch.device("cpu")
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    tracer = NullTracer()
+    sync = None
+    try:
+        with _neighbours(model, local_batch, threads, sharers - 1) as check:
+            plain, opt = _workload(model, local_batch, cpu)
+            queued, _ = _workload(model, local_batch, cpu)
+            optimizer = OmegaConf.create({"lr": 0.01, "momentum": 0.9})
+            ctx = Context(rank=0, world=1, device=cpu, tracer=tracer, extra={"optimizer": optimizer})
+            sync = build(OmegaConf.load(conf_dir() / "method" / "bytescheduler-a2a.yaml"), ctx)
+            sync.setup(queued.model)
+            batches = [plain.make_batch(0, 0, b, cpu) for b in range(PROFILE_BATCHES)]
+
+            def plain_round(n: int) -> list[float]:
+                out = []
+                for it in range(n):
+                    t0 = time.perf_counter()
+                    opt.zero_grad(set_to_none=True)
+                    plain.loss(plain.model, batches[it % PROFILE_BATCHES]).backward()
+                    opt.step()
+                    out.append(time.perf_counter() - t0)
+                return out
+
+            def queued_round(n: int) -> list[float]:
+                out = []
+                for it in range(n):
+                    t0 = time.perf_counter()
+                    step(queued.model, queued, sync, None, batches[it % PROFILE_BATCHES], it, tracer)
+                    out.append(time.perf_counter() - t0)
+                return out
+
+            plain_round(2), queued_round(2)  # warm
+            plain_s, queued_s = [], []
+            for _ in range(rounds):
+                plain_s += plain_round(iters)
+                queued_s += queued_round(iters)
+            check()
+            sync.flush()
+            # the same steps on the same batches: ByteScheduler's parameters are plain SGD's
+            same = all(torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+                       for a, b in zip(plain.model.parameters(), queued.model.parameters()))
+    finally:
+        if sync is not None:
+            sync.close()
+        torch.set_num_threads(before)
+    if not same:
+        raise RuntimeError(f"profile: ByteScheduler's iterations of {model} did not train as plain SGD's did "
+                           f"(a world of one must update every parameter as SGD does); its timing is not kept")
+    beside = f", beside {sharers - 1} more worker(s) training on this machine's cores" if sharers > 1 else ""
+    out = {"machinery_s": max(0.0, statistics.mean(queued_s) - statistics.mean(plain_s)),
+           "plain_s": statistics.mean(plain_s), "bytescheduler_s": statistics.mean(queued_s),
+           "source": f"measured: ByteScheduler at one worker on the cpu at {threads} threads{beside}, against plain "
+                     f"iterations, {rounds} alternating rounds of {iters}"}
+    if cache:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(out))
+        tmp.replace(path)
+    return out
+
+
 def _measure(model: str, local_batch: int, dev, iters: int, warmup: int, min_window_s: float = 0.0,
              clock=None):
     """(profile of per-layer medians, every iteration's wall time) over at least `iters`

@@ -107,7 +107,12 @@ but for PS on the emulated cluster's links, below):
   threads, per-parameter optimizer steps, forward pre-hooks, all under one GIL):
   `Options.bytescheduler_unit_s` per unit, serial on the update path before each parameter's
   update, calibrated from a one-worker run of the method (`calibrate_unit_s`: one worker of this
-  runtime runs the whole machinery, and pushes through its servers on PS). 0 by default;
+  runtime runs the whole machinery, and pushes through its servers on PS). 0 by default. Where
+  the workers share a host's cores, the machinery's threads wait for cores the others hold and
+  take them from the others' compute: there `Options.bytescheduler_cpu_s` instead, what the
+  machinery adds to one worker's iteration beside W-1 training neighbours
+  (`profile.machinery_s`, a one-worker microbenchmark), lengthens backward as the messages'
+  CPU does;
 - stragglers: every iteration of W workers waits for the slowest one's compute. Where the
   profile was measured (`iteration_s`: one worker's iterations, on a shared machine beside the
   run's other workers), every compute time is the profile's times `Profile.sync_factor(W)`,
@@ -330,6 +335,10 @@ class Options:
     bytescheduler_unit_s: float = 0.0  # ByteScheduler's own machinery per unit (this runtime's threads
                                     # and per-parameter updates), serial on the update path; from a
                                     # one-worker run of the method (`calibrate_unit_s`); 0: not modelled
+    bytescheduler_cpu_s: float = 0.0  # the same machinery where the workers share a host's cores:
+                                    # what it adds to one worker's iteration beside the others,
+                                    # taken from compute as the messages' CPU is; from one worker
+                                    # beside W-1 neighbours (`profile.machinery_s`); 0: not modelled
     server_contention: bool = True  # False: a what-if for `explain`: each server link carries one
                                     # machine's bytes and summing is free
     mgwfbp_alpha_beta: tuple[float, float] | None = None  # MG-WFBP's alpha, beta as a run resolved
@@ -352,9 +361,11 @@ class Options:
                                                        and all(v >= 0 for v in self.mgwfbp_alpha_beta)):
             raise ValueError(f"mgwfbp_alpha_beta={self.mgwfbp_alpha_beta!r} is invalid; accepted: (alpha_s, "
                              f"beta_s_per_byte), both >= 0, or None")
-        if not self.bytescheduler_unit_s >= 0 or (self.bytescheduler_unit_s and self.stack != "ddlbench"):
-            raise ValueError(f"bytescheduler_unit_s={self.bytescheduler_unit_s!r} with stack={self.stack!r} is invalid; "
-                             f"accepted: >= 0 seconds, and 0 but with stack ddlbench (this runtime's machinery)")
+        for knob in ("bytescheduler_unit_s", "bytescheduler_cpu_s"):
+            value = getattr(self, knob)
+            if not value >= 0 or (value and self.stack != "ddlbench"):
+                raise ValueError(f"{knob}={value!r} with stack={self.stack!r} is invalid; accepted: >= 0 seconds, "
+                                 f"and 0 but with stack ddlbench (this runtime's machinery)")
         if not (isinstance(self.horovod_cycle_s, (int, float)) and self.horovod_cycle_s >= 0):
             raise ValueError(f"horovod_cycle_s={self.horovod_cycle_s!r} is invalid; accepted: >= 0 seconds "
                              f"(0: each request at once)")
@@ -990,6 +1001,8 @@ def simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opts
     cpu_s = host_cpu_s(p, profile, cluster, workers, cfg, opts)
     if cpu_s and not p.ps and not p.bytescheduler:  # only what runs during backward takes its cores
         cpu_s = allreduce_cpu_in_backward_s(p, profile, cluster, workers, cfg, opts)
+    if p.bytescheduler:
+        cpu_s += opts.bytescheduler_cpu_s  # measured beside the other workers: one worker's own share
     if cpu_s:
         profile = stretched_backward(profile, cpu_s)
     if p.ps and not p.bytescheduler and opts.server_contention and fifo_pulls(cluster, workers):
@@ -1306,7 +1319,7 @@ def explain(method: str, profile: Profile, cluster: Cluster, workers: int, opts:
     re-simulating without each cost in turn: latency (every alpha 0), bandwidth (every beta 0),
     server (servers as fast as one machine's link and summing free), cpu (PS messages free of
     the cores that workers and servers share, `Cluster.host_cpu`), scheduler (ByteScheduler's
-    own machinery free, `Options.bytescheduler_unit_s`), stragglers (no worker waits for a
+    own machinery free, `Options.bytescheduler_unit_s` and `bytescheduler_cpu_s`), stragglers (no worker waits for a
     slower one, `Options.stragglers`). Each share is what the
     iteration would lose without that cost alone; shares overlap and need not add up."""
     opts = opts or Options()
@@ -1331,8 +1344,9 @@ def explain(method: str, profile: Profile, cluster: Cluster, workers: int, opts:
               "cpu": max(0.0, base - simulate(method, profile, replace(cluster, host_cpu=None), workers, opts,
                                               plan).period_s),
               "scheduler": max(0.0, base - simulate(method, profile, cluster, workers,
-                                                    replace(opts, bytescheduler_unit_s=0.0), plan).period_s)
-              if opts.bytescheduler_unit_s and plan.bytescheduler else 0.0,
+                                                    replace(opts, bytescheduler_unit_s=0.0, bytescheduler_cpu_s=0.0),
+                                                    plan).period_s)
+              if (opts.bytescheduler_unit_s or opts.bytescheduler_cpu_s) and plan.bytescheduler else 0.0,
               "stragglers": max(0.0, base - simulate(method, profile, cluster, workers,
                                                      replace(opts, stragglers=False), plan).period_s)
               if opts.stragglers and profile.sync_factor(workers) > 1 else 0.0}

@@ -211,24 +211,35 @@ def test_validation_pools_one_worker_runs_and_calibrates_bytescheduler_from_its_
 
     fixed = cli.load_profile("tiny-resnet", 8, 100.0)
     monkeypatch.setattr(profile, "measured", lambda *a, **k: fixed)  # no real profiling here
+    beside = {}  # ByteScheduler's machinery beside the run's other workers, as measured
+    monkeypatch.setattr(profile, "machinery_s", lambda *a, sharers, **k: {"machinery_s": beside.get(sharers, 0.0)})
 
     def write(method, workers, reps):
         record.write(tmp_path, {**_measured(method, workers, sum(reps) / len(reps)),
                                 "samples_per_sec_per_repeat": reps, "env": {"OMP_NUM_THREADS": "1"}})
+
+    def predicted(**opts):
+        return cli.predict("tiny-resnet", [2], "loopback", ("bytescheduler-a2a",), 8, 100.0,
+                           replace(cli.study_opts("local", "ddlbench", backend="gloo"), **opts),
+                           explain=False)[0][("bytescheduler-a2a", 2)].samples_per_sec
     write("bsp-a2a", 1, [90.0, 100.0, 400.0])  # one disturbed repeat would move a mean to 197
     write("bytescheduler-a2a", 2, [100.0])
     base = validation.local(str(tmp_path), "loopback")
-    assert base[2][0][3] == pytest.approx(cli.predict("tiny-resnet", [2], "loopback", ("bytescheduler-a2a",), 8, 100.0,
-                                                      cli.study_opts("local", "ddlbench", backend="gloo"),
-                                                      explain=False)[0][("bytescheduler-a2a", 2)].samples_per_sec)
-    assert base[3] == {}  # no one-worker run of ByteScheduler: its machinery is not modelled
+    assert base[2][0][3] == pytest.approx(predicted())
+    assert base[3] == {}  # no one-worker run of ByteScheduler: its machinery alone is not modelled
     write("bytescheduler-a2a", 1, [40.0])  # the machinery more than halves one worker's throughput
     shared, alone, runs, units = validation.local(str(tmp_path), "loopback")
     unit_s = units[("tiny-resnet", 8, "bytescheduler-a2a", "loopback")]
     one = simulate.simulate("bytescheduler-a2a", fixed, network.load("loopback"), 1,
                             simulate.Options(stack="ddlbench", bytescheduler_unit_s=unit_s)).period_s
     assert unit_s > 0 and one == pytest.approx(8 / 40.0, rel=1e-6)  # calibrated: the model's one worker is the run's
-    assert runs[0][3] < base[2][0][3]  # and the two-worker prediction pays it
+    # as if each worker had the machine alone, the two-worker prediction pays it; the workers
+    # sharing it pay what was measured beside them instead (nothing yet), not the lone worker's
+    assert alone["bytescheduler-a2a"][0][0] < base[1]["bytescheduler-a2a"][0][0]
+    assert runs[0][3] == pytest.approx(base[2][0][3])
+    beside[2] = 0.01
+    assert validation.local(str(tmp_path), "loopback")[2][0][3] == pytest.approx(predicted(bytescheduler_cpu_s=0.01))
+    assert predicted(bytescheduler_cpu_s=0.01) < base[2][0][3]
 
 
 def test_validation_calibrates_bytescheduler_ps_against_the_compute_at_its_one_worker_runs_threads(tmp_path,
@@ -247,6 +258,7 @@ def test_validation_calibrates_bytescheduler_ps_against_the_compute_at_its_one_w
     spec.loader.exec_module(validation)
     two_threads, one_thread = cli.load_profile("tiny-resnet", 8, 100.0), cli.load_profile("tiny-resnet", 8, 60.0)
     monkeypatch.setattr(profile, "measured", lambda *a, threads=1, **k: two_threads if threads == 2 else one_thread)
+    monkeypatch.setattr(profile, "machinery_s", lambda *a, **k: {"machinery_s": 0.0})
 
     def write(method, workers, sps, threads):
         record.write(tmp_path, {**_measured(method, workers, sps), "env": {"OMP_NUM_THREADS": str(threads)}})
@@ -372,15 +384,24 @@ def test_a_bench_keeps_the_profiles_that_calibrate_its_runs_beside_them(tmp_path
     record.write(tmp_path, {**_measured("bsp-a2a", 1, 100.0), "env": {"OMP_NUM_THREADS": "2"}})
     record.write(tmp_path, {**_measured("ddp", 2, 150.0), "env": {"OMP_NUM_THREADS": "1"}})
     record.write(tmp_path, {**_measured("wfbp-ps", 2, 150.0), "env": {"OMP_NUM_THREADS": "1"}})
+    record.write(tmp_path, {**_measured("bytescheduler-a2a", 2, 150.0), "env": {"OMP_NUM_THREADS": "1"}})
+    machinery = []
+    real_machinery = profile.machinery_s
+    monkeypatch.setattr(profile, "machinery_s", lambda *a, **k: machinery.append(k) or real_machinery(*a, **k))
+    monkeypatch.setattr(validation, "MACHINERY_ROUNDS", 1)
     assert validation.main(["--results", str(tmp_path), "--calibrate-only"]) == 0
-    # one worker alone at 2 threads, one beside another at 1: two profiles, the same for both
-    # runs, each the median of CALIBRATION_REPEATS measurements
+    # one worker alone at 2 threads, one beside another at 1: two profiles, the same for every
+    # run, each the median of CALIBRATION_REPEATS measurements; and ByteScheduler's machinery
+    # beside another worker at 1 thread
     n = 2 * validation.CALIBRATION_REPEATS
-    assert len(measures) == n == 6 and "2 measured profile(s)" in capsys.readouterr().out
+    assert len(measures) == n == 6 and "3 measured profile(s)" in capsys.readouterr().out
     assert sorted(p.name for p in (tmp_path / "profiles").iterdir()) == \
-        ["tiny-resnet-b8-cpu-t1-s2-w3-r3-measured.json", "tiny-resnet-b8-cpu-t2-w3-r3-measured.json"]
+        ["tiny-resnet-b8-cpu-t1-s2-r1x40-machinery.json", "tiny-resnet-b8-cpu-t1-s2-w3-r3-measured.json",
+         "tiny-resnet-b8-cpu-t2-w3-r3-measured.json"]
+    assert machinery[0]["threads"] == 1 and machinery[0]["sharers"] == 2
     shared = validation.local(str(tmp_path), "loopback")[0]
-    assert len(measures) == n and sorted(shared) == ["ddp", "wfbp-ps"]  # read, not measured again
+    assert len(measures) == n and sorted(shared) == ["bytescheduler-a2a", "ddp", "wfbp-ps"]  # read, not measured again
+    assert not list((tmp_path / "home-cache").glob("*-machinery.json"))
     assert not list((tmp_path / "home-cache").glob("*-measured.json"))  # (the roofline's is cached there)
 
 
@@ -556,3 +577,38 @@ def test_an_unwritable_results_directory_is_refused_before_predicting(tmp_path, 
         assert "is not writable" in capsys.readouterr().err
     finally:
         ro.chmod(0o755)
+
+
+def test_bytescheduler_machinery_is_timed_against_plain_steps_and_trains_alike(tmp_path, monkeypatch):
+    """profile.machinery_s: the real ByteScheduler at one worker against plain SGD steps, in
+    alternating rounds; both train alike (else it raises), the difference is kept and cached."""
+    from ddlbench.predict import profile
+
+    out = profile.machinery_s("tiny-resnet", 2, threads=1, cache_dir=tmp_path, rounds=2, iters=3)
+    assert out["plain_s"] > 0 and out["bytescheduler_s"] > 0
+    assert out["machinery_s"] == pytest.approx(max(0.0, out["bytescheduler_s"] - out["plain_s"]))
+    assert "ByteScheduler at one worker on the cpu at 1 threads" in out["source"]
+    assert "beside" not in out["source"]
+    monkeypatch.setattr(profile, "_workload", None)  # read back, not measured again
+    assert profile.machinery_s("tiny-resnet", 2, threads=1, cache_dir=tmp_path, rounds=2, iters=3) == out
+    with pytest.raises(ValueError, match="rounds=0.*accepted: each >= 1"):
+        profile.machinery_s("tiny-resnet", 2, threads=1, cache=False, rounds=0)
+
+
+def test_bytescheduler_machinery_that_trains_otherwise_is_not_kept(tmp_path, monkeypatch):
+    """A ByteScheduler that skips an update (what a broken world-of-one path would do) ends with
+    other parameters than plain SGD's: the timing is refused, and nothing is cached."""
+    from ddlbench.methods import bytescheduler
+    from ddlbench.predict import profile
+
+    landed = bytescheduler.ByteScheduler._landed
+
+    def lose_first_parameter(self, pid):
+        if self.parts[pid].param == 0:
+            self.named[0][1].grad.zero_()
+        landed(self, pid)
+
+    monkeypatch.setattr(bytescheduler.ByteScheduler, "_landed", lose_first_parameter)
+    with pytest.raises(RuntimeError, match="did not train as plain SGD's did"):
+        profile.machinery_s("tiny-resnet", 2, threads=1, cache_dir=tmp_path, rounds=1, iters=2)
+    assert not list(tmp_path.iterdir())

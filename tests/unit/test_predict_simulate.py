@@ -548,6 +548,24 @@ def test_bytescheduler_machinery_delays_each_update_and_one_worker_calibrates_it
         simulate.Options(bytescheduler_unit_s=-1)
 
 
+def test_bytescheduler_machinery_beside_other_workers_takes_their_compute():
+    """`bytescheduler_cpu_s` (the machinery timed beside the run's other workers) lengthens
+    backward as the messages' CPU does. One worker, nothing to send: 0.6 s of it stretch
+    backward from 3 to 3.6 s (gradients at 1.2, 2.4, 3.6 s in), each update at once: 4.6 s."""
+    cpu = lambda c: simulate.Options(stack="ddlbench", bytescheduler_cpu_s=c)  # noqa: E731
+    assert simulate.simulate("bytescheduler-a2a", toy(), two_gpus(), 1, cpu(0.0)).period_s == pytest.approx(4.0)
+    assert simulate.simulate("bytescheduler-a2a", toy(), two_gpus(), 1, cpu(0.6)).period_s == pytest.approx(4.6)
+    assert simulate.explain("bytescheduler-a2a", toy(), two_gpus(), 1, cpu(0.6))["shares_s"]["scheduler"] == \
+        pytest.approx(0.6)
+    # a method without ByteScheduler's queue has no such machinery
+    assert simulate.simulate("wfbp-a2a", toy(), two_gpus(), 2, cpu(0.6)).period_s == \
+        pytest.approx(period("wfbp-a2a", toy(), two_gpus(), stack="ddlbench"))
+    with pytest.raises(ValueError, match="bytescheduler_cpu_s=0.5 with stack='study' is invalid"):
+        simulate.Options(stack="study", bytescheduler_cpu_s=0.5)
+    with pytest.raises(ValueError, match="bytescheduler_cpu_s=-1.*accepted: >= 0"):
+        simulate.Options(stack="ddlbench", bytescheduler_cpu_s=-1)
+
+
 def test_one_worker_of_this_runtimes_ps_pushes_through_its_servers():
     # A 1 s/B link to the server: one worker's pushes dominate; the study's one GPU never
     # reached a server (BytePS not distributed), and an all-reduce method sends nothing.
