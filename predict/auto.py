@@ -118,10 +118,17 @@ def resolve(model: str, workers: int, local_batch: int, net: "str | network.Clus
     (`cli.fastest_tied`: the fastest estimate, unless communication costing cli.COMM_UNCERTAINTY x
     the model's would make it lose more than another; `tied`: those the model does not rank apart
     from it), every method's prediction (a measured CPU profile at `threads`, each worker's share,
-    beside `sharers - 1` other workers on this machine's cores; PS methods in `ps_topology`, by
+    beside `sharers - 1` other workers on this machine's cores, and there ByteScheduler's
+    machinery measured beside them too, `profile.machinery_s`; PS methods in `ps_topology`, by
     default their configs'), and the overrides that run the winner as it was predicted."""
     opts = cli.study_opts(run_profile, stack=stack, backend=default_backend(device), ps_topology=ps_topology)
     prof = prof or cli.load_profile(model, local_batch, one_worker, profile_from, device, threads, sharers)
+    if sharers > 1 and stack == "ddlbench" and any(
+            simulate.runs_bytescheduler_queue(simulate.method_config(m, opts.bytescheduler_ps)) for m in methods):
+        # ByteScheduler's machinery beside the other workers takes their cores: measured so too
+        from . import profile
+
+        opts = replace(opts, bytescheduler_cpu_s=profile.machinery_s(model, local_batch, threads, sharers)["machinery_s"])
     preds, prof, cluster = cli.predict(model, [workers], net, methods, local_batch, None, opts, explain=workers > 1,
                                        prof=prof)
     ties = cli.fastest_tied(preds, workers)

@@ -680,3 +680,23 @@ def test_auto_bad_inputs_are_one_line_errors_before_any_work(monkeypatch, capsys
     assert "accepted: " in err and "Traceback" not in err and "usage:" not in err
     for needle in needles:
         assert needle in err
+
+
+def test_auto_beside_other_workers_charges_bytescheduler_its_machinery_measured_there(monkeypatch):
+    """Workers sharing this machine's cores (sharers > 1): ByteScheduler's machinery, measured
+    beside them at the run's threads (profile.machinery_s), slows its predictions, and only
+    theirs; alone (sharers 1) nothing is measured."""
+    asked = []
+    monkeypatch.setattr(profile, "machinery_s", lambda *a, **k: asked.append(a) or {"machinery_s": 0.05})
+    slow = Cluster("slow", intra=None, inter=Link(1e-3, 8e-9), gpus_per_node=1)
+    methods = ("bytescheduler-a2a", "wfbp-a2a")
+    alone = auto.resolve("tiny-resnet", 2, 4, slow, "derived", prof=toy_profile(), methods=methods)
+    assert asked == []
+    beside = auto.resolve("tiny-resnet", 2, 4, slow, "derived", prof=toy_profile(), methods=methods, threads=1,
+                          sharers=2)
+    assert asked == [("tiny-resnet", 4, 1, 2)]
+    assert beside["predicted"]["wfbp-a2a"] == alone["predicted"]["wfbp-a2a"]
+    opts = replace(cli.study_opts("local", "ddlbench", backend="gloo"), bytescheduler_cpu_s=0.05)
+    expected = simulate.simulate("bytescheduler-a2a", toy_profile(), slow, 2, opts).samples_per_sec(4)
+    assert beside["predicted"]["bytescheduler-a2a"] == pytest.approx(expected, abs=1e-3)
+    assert beside["predicted"]["bytescheduler-a2a"] < alone["predicted"]["bytescheduler-a2a"]
