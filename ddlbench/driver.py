@@ -15,7 +15,9 @@ Per-iteration times are host stamps without device synchronisation, kept as a di
 block is a `measure` span in the trace. Each block also records how busy the cores of rank 0's
 machine were (`host_busy_cores`: hostcpu.busy_s over the block / its wall time, every process
 on the machine counted; on a run that shares one machine, near `host_cores` means the run was
-bound by the CPU). Formulas: `ddlbench.metrics`.
+bound by the CPU) and where this rank's own CPU went (`thread_cpu_ms_per_iter`: per thread
+name, the main thread's compute beside the methods' helpers and the backend's threads, read
+from /proc before and after the block, `hostcpu.thread_cpu_s`). Formulas: `ddlbench.metrics`.
 """
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
     block_times: list[float] = []
     iter_times: list[float] = []
     busy_cores: list[float] = []
+    thread_ms: list[dict] = []
     iteration = 0
 
     def one() -> None:
@@ -58,6 +61,7 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
         first = iteration
         _sync(ctx.device)
         busy0 = hostcpu.busy_s()  # read outside the block: the clock and its span time the iterations alone
+        threads0 = hostcpu.thread_cpu_s()
         t0, t0_us = time.perf_counter(), tracer.now_us()
         stamps = [t0]
         for i in range(p.warmup_iters, p.warmup_iters + p.measured_iters):
@@ -72,6 +76,7 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
         busy1 = hostcpu.busy_s()
         if busy0 is not None:
             busy_cores.append((busy1 - busy0) / (t1 - t0))
+        thread_ms.append(hostcpu.per_iteration_ms(threads0, hostcpu.thread_cpu_s(), p.measured_iters))
         slowest = _slowest_rank([t1 - t0] + [b - a for a, b in zip(stamps, stamps[1:])], ctx)
         block_times.append(slowest[0])
         iter_times += slowest[1:]
@@ -88,6 +93,7 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
         "iterations_total": iteration,
         "host_cores": hostcpu.cores(),
         "host_busy_cores": busy_cores,
+        "thread_cpu_ms_per_iter": thread_ms,
         **numerics(ctx.device),
     }
 

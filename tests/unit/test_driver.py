@@ -83,6 +83,43 @@ def test_batches_are_made_before_measuring_and_each_block_holds_its_iterations(g
     # how busy the machine's cores were in each block (coarse: /proc/stat counts 10 ms ticks)
     assert result["host_cores"] == hostcpu.cores() and len(result["host_busy_cores"]) == 2
     assert all(b >= 0 for b in result["host_busy_cores"])
+    # where this rank's CPU went, per block (coarse too: 10 ms ticks over 3 iterations)
+    assert len(result["thread_cpu_ms_per_iter"]) == 2
+    assert all(isinstance(block, dict) and all(v >= 0.05 for v in block.values())
+               for block in result["thread_cpu_ms_per_iter"])
+
+
+def test_each_threads_cpu_is_counted_under_its_kernel_name():
+    """hostcpu.thread_cpu_s: a method's helper thread (named by `start_thread`) that spins 0.3 s
+    of CPU shows under its own name, apart from the main thread's; per_iteration_ms divides a
+    block's by its iterations and leaves out names that used none."""
+    import threading
+
+    from ddlbench.methods.base import start_thread
+
+    if not hostcpu.thread_cpu_s():
+        pytest.skip("no /proc/self/task on this machine")
+    go, spun, done = threading.Event(), threading.Event(), threading.Event()
+
+    def spin() -> None:
+        go.wait(5)
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < 0.3:
+            pass
+        spun.set()
+        done.wait(5)  # alive while it is read: an ended thread is no longer counted
+
+    thread = start_thread(spin, "spinner")
+    before = hostcpu.thread_cpu_s()
+    go.set()
+    assert spun.wait(10)
+    after = hostcpu.thread_cpu_s()
+    done.set()
+    thread.join(5)
+    ms = hostcpu.per_iteration_ms(before, after, 3)
+    assert ms["ddlb-spinner"] == pytest.approx(100.0, abs=10.0)  # 0.3 s over 3, in 10 ms ticks
+    assert "main" in before and ms.get("main", 0.0) < 100.0
+    assert hostcpu.per_iteration_ms({"a": 1.0, "b": 1.0}, {"a": 1.3, "b": 1.0}, 3) == {"a": 100.0}
 
 
 def test_the_machines_busy_cpu_counts_a_spinning_process():
