@@ -302,7 +302,7 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
     calibrated from the one-worker runs of that method where there are some
     (`simulate.calibrate_unit_s`), against the setup's one-worker compute at that run's own
     threads (`at_threads_of`). One worker's machinery alone cannot stand for it beside others:
-    its threads then wait for cores (tiny-resnet, one thread: 3.1 ms alone, 7.8 ms beside a
+    its threads then wait for cores (tiny-resnet, one thread: 4.5 ms alone, 8.9 ms beside a
     second worker), and as a delay on the update path it hid behind the communication of two
     workers (+24% on ByteScheduler-A2A's 2 local workers, +5% taken from compute)."""
     recs = ok_records(results)

@@ -407,6 +407,41 @@ def _workload(model: str, local_batch: int, dev):
     return w, torch.optim.SGD(w.model.parameters(), lr=0.01, momentum=0.9)
 
 
+class _Landing:
+    """`machinery_s`' transport: a world of one whose every partition lands on a completion
+    thread of its own, in launch order, where the update it completes then runs, as every
+    ByteScheduler partition does at two workers or more (`transport.AllReduce`'s completion
+    thread; the PS transports' receiving threads). One worker of the real transport completes
+    each at once on the dispatcher's thread instead (`_alone`): 1-2 ms less per tiny-resnet
+    iteration beside other workers, a thread fewer wanting the GIL."""
+
+    error = None
+
+    def __init__(self):
+        import queue
+
+        from ddlbench.methods.base import start_thread
+
+        self._landing = queue.SimpleQueue()
+        self._thread = start_thread(self._complete, "landing")
+
+    def prepare(self, message_numels: list[int]) -> None:
+        pass
+
+    def reduce_async(self, flat, *, on_done=None, on_pushed=None, **_):
+        for then in (on_pushed, on_done):
+            if then is not None:
+                self._landing.put(then)
+
+    def _complete(self) -> None:
+        while (then := self._landing.get()) is not None:
+            then()
+
+    def close(self) -> None:
+        self._landing.put(None)
+        self._thread.join(timeout=30)
+
+
 MACHINERY_ROUNDS = 6   # `machinery_s`: alternating rounds of plain and ByteScheduler iterations
 MACHINERY_ITERS = 40   # iterations per round (tiny-resnet here: about 1 s per pair of rounds)
 
@@ -416,12 +451,13 @@ def machinery_s(model: str, local_batch: int, threads: int | None = None, sharer
     """ByteScheduler's own machinery in this runtime, per iteration of one worker on the CPU
     (`simulate.Options.bytescheduler_cpu_s`): the mean iteration of the real
     `methods.bytescheduler.ByteScheduler` at one worker (its dispatcher thread, queue,
-    per-parameter updates and forward pre-hooks, all under one GIL; a world of one sends
-    nothing) less the mean plain iteration (forward, backward, one momentum-SGD step), in
+    per-parameter updates and forward pre-hooks, all under one GIL; nothing is sent, but every
+    partition lands on a completion thread, `_Landing`, as it does at two workers or more)
+    less the mean plain iteration (forward, backward, one momentum-SGD step), in
     `rounds` alternating rounds of `iters` iterations each, so that the machine's drift falls on
     both alike. `threads` and `sharers` as in `measured`: where a run's workers share this
     machine's cores, `sharers - 1` neighbours train beside it, and the machinery's threads then
-    wait for cores (tiny-resnet at one thread: 3.8 ms alone, 8.0 ms beside a second worker).
+    wait for cores (tiny-resnet at one thread: 8.9 ms beside a second worker, 9.5 beside three).
     Both models start alike and take the same batches, so their parameters must end alike (else
     it raises: what was timed was not ByteScheduler training). A one-worker microbenchmark, no
     multi-worker result. Returns {"machinery_s" (>= 0),
@@ -434,7 +470,7 @@ def machinery_s(model: str, local_batch: int, threads: int | None = None, sharer
 
     from ddlbench.config import conf_dir
     from ddlbench.driver import step
-    from ddlbench.methods import build
+    from ddlbench.methods import plugin_class
     from ddlbench.methods.base import Context
     from ddlbench.trace import NullTracer
 
@@ -458,7 +494,8 @@ def machinery_s(model: str, local_batch: int, threads: int | None = None, sharer
             queued, _ = _workload(model, local_batch, cpu)
             optimizer = OmegaConf.create({"lr": 0.01, "momentum": 0.9})
             ctx = Context(rank=0, world=1, device=cpu, tracer=tracer, extra={"optimizer": optimizer})
-            sync = build(OmegaConf.load(conf_dir() / "method" / "bytescheduler-a2a.yaml"), ctx)
+            sync = plugin_class("bytescheduler")(OmegaConf.load(conf_dir() / "method" / "bytescheduler-a2a.yaml"), ctx,
+                                                 _Landing())
             sync.setup(queued.model)
             batches = [plain.make_batch(0, 0, b, cpu) for b in range(PROFILE_BATCHES)]
 

@@ -581,10 +581,19 @@ def test_an_unwritable_results_directory_is_refused_before_predicting(tmp_path, 
 
 def test_bytescheduler_machinery_is_timed_against_plain_steps_and_trains_alike(tmp_path, monkeypatch):
     """profile.machinery_s: the real ByteScheduler at one worker against plain SGD steps, in
-    alternating rounds; both train alike (else it raises), the difference is kept and cached."""
+    alternating rounds, its partitions landing on a completion thread (not inline, as one
+    worker's transport would have them); both train alike (else it raises), the difference is
+    kept and cached."""
+    import threading
+
+    from ddlbench.methods import bytescheduler
     from ddlbench.predict import profile
 
+    landed, on = bytescheduler.ByteScheduler._landed, set()
+    monkeypatch.setattr(bytescheduler.ByteScheduler, "_landed",
+                        lambda self, pid: (on.add(threading.current_thread().name), landed(self, pid)))
     out = profile.machinery_s("tiny-resnet", 2, threads=1, cache_dir=tmp_path, rounds=2, iters=3)
+    assert on == {"landing"}  # every partition lands on a completion thread, as beside other workers
     assert out["plain_s"] > 0 and out["bytescheduler_s"] > 0
     assert out["machinery_s"] == pytest.approx(max(0.0, out["bytescheduler_s"] - out["plain_s"]))
     assert "ByteScheduler at one worker on the cpu at 1 threads" in out["source"]
