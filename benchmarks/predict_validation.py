@@ -191,8 +191,8 @@ def setup_profiles(results: str, run: dict, one_worker_run: dict):
 
 
 # ByteScheduler's machinery beside the run's other workers (profile.machinery_s) is timed in this
-# many alternating rounds: beside three neighbours on 2 cores, 6 rounds gave 2.7 and 7.4 ms in two
-# measurements of tiny-resnet.
+# many alternating rounds: beside three plain neighbours on 2 cores, 6 rounds had given 2.7 and
+# 7.4 ms in two measurements of tiny-resnet.
 MACHINERY_ROUNDS = 12
 
 
@@ -295,16 +295,19 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
     one-worker run's threads against one worker beside W-1 others at the W-worker run's threads
     (`setup_profiles`: profile.measured, sharers=W; no communication runs in either), measured
     as the bench finished where it kept them, else now; the second's iterations' spread is what
-    the W workers wait for (`Profile.sync_factor`). ByteScheduler's own machinery: with the
-    workers sharing the cores, what it adds to one worker's iteration beside W-1 others at the
+    the W workers wait for (`Profile.sync_factor`). ByteScheduler's own machinery: a delay per
+    unit on its update path, calibrated from the one-worker runs of that method where there are
+    some (`simulate.calibrate_unit_s`), against the setup's one-worker compute at that run's own
+    threads (`at_threads_of`), and rescaled as the compute is; with the workers sharing the
+    cores, also what it adds to one worker's iteration beside W-1 others doing the same at the
     run's threads (`setup_machinery`: profile.machinery_s, measured with the profiles), taken
-    from compute; as if each had the machine alone, a delay per unit on its update path,
-    calibrated from the one-worker runs of that method where there are some
-    (`simulate.calibrate_unit_s`), against the setup's one-worker compute at that run's own
-    threads (`at_threads_of`). One worker's machinery alone cannot stand for it beside others:
-    its threads then wait for cores (tiny-resnet, one thread: 4.5 ms alone, 8.9 ms beside a
-    second worker), and as a delay on the update path it hid behind the communication of two
-    workers (+24% on ByteScheduler-A2A's 2 local workers, +5% taken from compute)."""
+    from compute. The lone worker's run cannot price that: its machinery's threads find a core
+    free, or take it from its own compute, where beside others they take the others' (tiny-resnet,
+    one thread: 4.5 ms alone, 8.7 ms beside a second worker, 17 ms beside three); and as a
+    delay on the update path alone it hid behind two workers' communication (+24% on
+    ByteScheduler-A2A's 2 local workers, -4% with the cores' time as well). The two may overlap
+    where the one-worker run had no core to spare (an all-reduce run at two threads on 2 cores):
+    ByteScheduler-A2A's predictions here then run 2-4% slower than with the cores' time alone."""
     recs = ok_records(results)
     own = defaultdict(list)
     for r in recs:
@@ -333,9 +336,9 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
         unit_s = units.get(ukey, 0.0)
         ratio = by_itself.compute_s / beside.compute_s
         resolved, plan = mgwfbp_resolved(r), ""
-        # ByteScheduler's machinery: beside the run's other workers, their cores' time it takes
-        # (measured so); alone, a delay on its own update path (calibrated from its one-worker run)
-        for pairs, one, u, cpu, spread in ((shared, x1 * ratio, 0.0, setup_machinery(results, r), beside),
+        # ByteScheduler's machinery: a delay on its own update path (calibrated from its one-worker
+        # run), and beside the run's other workers the cores' time it takes from them (measured so)
+        for pairs, one, u, cpu, spread in ((shared, x1 * ratio, unit_s / ratio, setup_machinery(results, r), beside),
                                            (alone, x1, unit_s, 0.0, by_itself)):
             opts = replace(stack_opts, bytescheduler_unit_s=u, bytescheduler_cpu_s=cpu, mgwfbp_alpha_beta=resolved)
             # the iterations' spread of the same measured profile: what W workers wait for

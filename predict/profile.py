@@ -327,10 +327,12 @@ def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, 
 
 
 @contextmanager
-def _neighbours(model: str, local_batch: int, threads: int | None, n: int):
+def _neighbours(model: str, local_batch: int, threads: int | None, n: int, mode=None):
     """`n` processes, each training `model` at `threads` threads in a loop, from the moment each
     has run two steps (warm) until the block ends; none when n = 0. Yields a check that raises
-    if one of them is no longer running (a measurement beside fewer is not the one asked for)."""
+    if one of them is no longer running (a measurement beside fewer is not the one asked for).
+    `mode` (a shared integer of the spawn context, `machinery_s`): each step is a plain one
+    while it is 0, a step of ByteScheduler at one worker (`_Queued`) while it is 1."""
     if n < 1:
         yield lambda: None
         return
@@ -351,7 +353,7 @@ def _neighbours(model: str, local_batch: int, threads: int | None, n: int):
 
     try:
         for _ in range(n):
-            proc = ctx.Process(target=_neighbour, args=(model, local_batch, threads, ready, stop), daemon=True)
+            proc = ctx.Process(target=_neighbour, args=(model, local_batch, threads, ready, stop, mode), daemon=True)
             proc.start()
             procs.append(proc)  # once started: joining one that never started would hide why
         deadline, started = time.monotonic() + NEIGHBOUR_START_S, 0
@@ -372,7 +374,7 @@ def _neighbours(model: str, local_batch: int, threads: int | None, n: int):
                 proc.join()
 
 
-def _neighbour(model: str, local_batch: int, threads: int | None, ready, stop) -> None:
+def _neighbour(model: str, local_batch: int, threads: int | None, ready, stop, mode=None) -> None:
     import torch
 
     from ddlbench.launch.pids import die_with_parent
@@ -384,14 +386,23 @@ def _neighbour(model: str, local_batch: int, threads: int | None, ready, stop) -
     if threads:
         torch.set_num_threads(threads)
     w, opt = _workload(model, local_batch, torch.device("cpu"))
+    queued = None if mode is None else _Queued(model, local_batch)
     it = 0
-    while not stop.is_set():
-        opt.zero_grad(set_to_none=True)
-        w.loss(w.model, w.make_batch(0, 0, it, torch.device("cpu"))).backward()
-        opt.step()
-        it += 1
-        if it == 2:
-            ready.release()
+    try:
+        while not stop.is_set():
+            batch = w.make_batch(0, 0, it, torch.device("cpu"))
+            if queued is not None and mode.value:
+                queued.step(batch, it)
+            else:
+                opt.zero_grad(set_to_none=True)
+                w.loss(w.model, batch).backward()
+                opt.step()
+            it += 1
+            if it == 2:
+                ready.release()
+    finally:
+        if queued is not None:
+            queued.close()
 
 
 def _workload(model: str, local_batch: int, dev):
@@ -446,33 +457,64 @@ MACHINERY_ROUNDS = 6   # `machinery_s`: alternating rounds of plain and ByteSche
 MACHINERY_ITERS = 40   # iterations per round (tiny-resnet here: about 1 s per pair of rounds)
 
 
+class _Queued:
+    """A worker of `model` whose steps run the real `methods.bytescheduler.ByteScheduler` at one
+    worker, on the CPU, its partitions landing on `_Landing`'s thread: the step `machinery_s`
+    times, and its neighbours take in ByteScheduler's rounds."""
+
+    def __init__(self, model: str, local_batch: int):
+        import torch
+        from omegaconf import OmegaConf
+
+        from ddlbench.config import conf_dir
+        from ddlbench.methods import plugin_class
+        from ddlbench.methods.base import Context
+        from ddlbench.trace import NullTracer
+
+        self.w, _ = _workload(model, local_batch, torch.device("cpu"))
+        self.tracer = NullTracer()
+        ctx = Context(rank=0, world=1, device=torch.device("cpu"), tracer=self.tracer,
+                      extra={"optimizer": OmegaConf.create({"lr": 0.01, "momentum": 0.9})})  # `_workload`'s SGD
+        self.sync = plugin_class("bytescheduler")(OmegaConf.load(conf_dir() / "method" / "bytescheduler-a2a.yaml"),
+                                                  ctx, _Landing())
+        self.sync.setup(self.w.model)
+
+    def step(self, batch, iteration: int) -> None:
+        from ddlbench.driver import step
+
+        step(self.w.model, self.w, self.sync, None, batch, iteration, self.tracer)
+
+    def close(self) -> None:
+        self.sync.close()
+
+
+MACHINERY_SETTLE = 2   # iterations of each round untimed: the neighbours switch at their next step
+
+
 def machinery_s(model: str, local_batch: int, threads: int | None = None, sharers: int = 1, cache: bool = True,
                 cache_dir: Path | None = None, rounds: int = MACHINERY_ROUNDS, iters: int = MACHINERY_ITERS) -> dict:
     """ByteScheduler's own machinery in this runtime, per iteration of one worker on the CPU
     (`simulate.Options.bytescheduler_cpu_s`): the mean iteration of the real
-    `methods.bytescheduler.ByteScheduler` at one worker (its dispatcher thread, queue,
-    per-parameter updates and forward pre-hooks, all under one GIL; nothing is sent, but every
-    partition lands on a completion thread, `_Landing`, as it does at two workers or more)
-    less the mean plain iteration (forward, backward, one momentum-SGD step), in
-    `rounds` alternating rounds of `iters` iterations each, so that the machine's drift falls on
+    `methods.bytescheduler.ByteScheduler` at one worker (`_Queued`: its dispatcher thread,
+    queue, per-parameter updates and forward pre-hooks, all under one GIL; nothing is sent, but
+    every partition lands on a completion thread, `_Landing`, as it does at two workers or more)
+    less the mean plain iteration (forward, backward, one momentum-SGD step), in `rounds`
+    alternating rounds of `iters` timed iterations each, so that the machine's drift falls on
     both alike. `threads` and `sharers` as in `measured`: where a run's workers share this
-    machine's cores, `sharers - 1` neighbours train beside it, and the machinery's threads then
-    wait for cores (tiny-resnet at one thread: 8.9 ms beside a second worker, 9.5 beside three).
-    Both models start alike and take the same batches, so their parameters must end alike (else
-    it raises: what was timed was not ByteScheduler training). A one-worker microbenchmark, no
-    multi-worker result. Returns {"machinery_s" (>= 0),
-    "plain_s", "bytescheduler_s", "source"}; cached per model, batch, threads, sharers and
-    rounds, in `cache_dir` (default CACHE_DIR)."""
+    machine's cores, `sharers - 1` neighbours run beside it, each doing what it does (plain
+    steps in the plain rounds, ByteScheduler's in its rounds), as the run's other workers would:
+    the scheduler shares the cores out by thread, so beside plain neighbours the machinery's
+    threads would take their time rather than their own worker's (tiny-resnet at one thread,
+    beside three: 9.5 ms beside plain neighbours, 16-17 ms beside its like; 8.7-8.9 ms either way
+    beside one). Both models start alike and take the
+    same batches, so their parameters must end alike (else it raises: what was timed was not
+    ByteScheduler training). A one-worker microbenchmark, no multi-worker result. Returns
+    {"machinery_s" (>= 0), "plain_s", "bytescheduler_s", "source"}; cached per model, batch,
+    threads, sharers and rounds, in `cache_dir` (default CACHE_DIR)."""
+    import multiprocessing as mp
     import time
 
     import torch
-    from omegaconf import OmegaConf
-
-    from ddlbench.config import conf_dir
-    from ddlbench.driver import step
-    from ddlbench.methods import plugin_class
-    from ddlbench.methods.base import Context
-    from ddlbench.trace import NullTracer
 
     if sharers < 1 or rounds < 1 or iters < 1:
         raise ValueError(f"sharers={sharers!r}, rounds={rounds!r}, iters={iters!r} are invalid; accepted: each >= 1")
@@ -486,55 +528,50 @@ def machinery_s(model: str, local_batch: int, threads: int | None = None, sharer
     cpu = torch.device("cpu")
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
-    tracer = NullTracer()
-    sync = None
+    queued = None
+    mode = mp.get_context("spawn").Value("i", 0)
     try:
-        with _neighbours(model, local_batch, threads, sharers - 1) as check:
+        with _neighbours(model, local_batch, threads, sharers - 1, mode) as check:
             plain, opt = _workload(model, local_batch, cpu)
-            queued, _ = _workload(model, local_batch, cpu)
-            optimizer = OmegaConf.create({"lr": 0.01, "momentum": 0.9})
-            ctx = Context(rank=0, world=1, device=cpu, tracer=tracer, extra={"optimizer": optimizer})
-            sync = plugin_class("bytescheduler")(OmegaConf.load(conf_dir() / "method" / "bytescheduler-a2a.yaml"), ctx,
-                                                 _Landing())
-            sync.setup(queued.model)
+            queued = _Queued(model, local_batch)
             batches = [plain.make_batch(0, 0, b, cpu) for b in range(PROFILE_BATCHES)]
 
-            def plain_round(n: int) -> list[float]:
+            def plain_step(it: int) -> None:
+                opt.zero_grad(set_to_none=True)
+                plain.loss(plain.model, batches[it % PROFILE_BATCHES]).backward()
+                opt.step()
+
+            def queued_step(it: int) -> None:
+                queued.step(batches[it % PROFILE_BATCHES], it)
+
+            def round_s(one, neighbours: int, first: int, n: int) -> list[float]:
+                mode.value = neighbours
                 out = []
-                for it in range(n):
+                for it in range(first, first + n):
                     t0 = time.perf_counter()
-                    opt.zero_grad(set_to_none=True)
-                    plain.loss(plain.model, batches[it % PROFILE_BATCHES]).backward()
-                    opt.step()
+                    one(it)
                     out.append(time.perf_counter() - t0)
                 return out
 
-            def queued_round(n: int) -> list[float]:
-                out = []
-                for it in range(n):
-                    t0 = time.perf_counter()
-                    step(queued.model, queued, sync, None, batches[it % PROFILE_BATCHES], it, tracer)
-                    out.append(time.perf_counter() - t0)
-                return out
-
-            plain_round(2), queued_round(2)  # warm
             plain_s, queued_s = [], []
+            done = 0  # both models' iterations so far: the same batches in the same order
             for _ in range(rounds):
-                plain_s += plain_round(iters)
-                queued_s += queued_round(iters)
+                plain_s += round_s(plain_step, 0, done, MACHINERY_SETTLE + iters)[MACHINERY_SETTLE:]
+                queued_s += round_s(queued_step, 1, done, MACHINERY_SETTLE + iters)[MACHINERY_SETTLE:]
+                done += MACHINERY_SETTLE + iters
             check()
-            sync.flush()
+            queued.sync.flush()
             # the same steps on the same batches: ByteScheduler's parameters are plain SGD's
             same = all(torch.allclose(a, b, rtol=1e-5, atol=1e-6)
-                       for a, b in zip(plain.model.parameters(), queued.model.parameters()))
+                       for a, b in zip(plain.model.parameters(), queued.w.model.parameters()))
     finally:
-        if sync is not None:
-            sync.close()
+        if queued is not None:
+            queued.close()
         torch.set_num_threads(before)
     if not same:
         raise RuntimeError(f"profile: ByteScheduler's iterations of {model} did not train as plain SGD's did "
                            f"(a world of one must update every parameter as SGD does); its timing is not kept")
-    beside = f", beside {sharers - 1} more worker(s) training on this machine's cores" if sharers > 1 else ""
+    beside = f", beside {sharers - 1} more worker(s) doing the same on this machine's cores" if sharers > 1 else ""
     out = {"machinery_s": max(0.0, statistics.mean(queued_s) - statistics.mean(plain_s)),
            "plain_s": statistics.mean(plain_s), "bytescheduler_s": statistics.mean(queued_s),
            "source": f"measured: ByteScheduler at one worker on the cpu at {threads} threads{beside}, against plain "

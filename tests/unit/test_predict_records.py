@@ -233,13 +233,15 @@ def test_validation_pools_one_worker_runs_and_calibrates_bytescheduler_from_its_
     one = simulate.simulate("bytescheduler-a2a", fixed, network.load("loopback"), 1,
                             simulate.Options(stack="ddlbench", bytescheduler_unit_s=unit_s)).period_s
     assert unit_s > 0 and one == pytest.approx(8 / 40.0, rel=1e-6)  # calibrated: the model's one worker is the run's
-    # as if each worker had the machine alone, the two-worker prediction pays it; the workers
-    # sharing it pay what was measured beside them instead (nothing yet), not the lone worker's
+    # the two-worker prediction pays it, alone and sharing the machine (the profiles beside and
+    # alone are the same here: no rescaling)
     assert alone["bytescheduler-a2a"][0][0] < base[1]["bytescheduler-a2a"][0][0]
-    assert runs[0][3] == pytest.approx(base[2][0][3])
+    assert runs[0][3] == pytest.approx(predicted(bytescheduler_unit_s=unit_s)) and runs[0][3] < base[2][0][3]
+    # sharing it, the workers pay the cores' time measured beside them too (nothing so far)
     beside[2] = 0.01
-    assert validation.local(str(tmp_path), "loopback")[2][0][3] == pytest.approx(predicted(bytescheduler_cpu_s=0.01))
-    assert predicted(bytescheduler_cpu_s=0.01) < base[2][0][3]
+    assert validation.local(str(tmp_path), "loopback")[2][0][3] == \
+        pytest.approx(predicted(bytescheduler_unit_s=unit_s, bytescheduler_cpu_s=0.01))
+    assert predicted(bytescheduler_unit_s=unit_s, bytescheduler_cpu_s=0.01) < runs[0][3]
 
 
 def test_validation_calibrates_bytescheduler_ps_against_the_compute_at_its_one_worker_runs_threads(tmp_path,
@@ -621,3 +623,17 @@ def test_bytescheduler_machinery_that_trains_otherwise_is_not_kept(tmp_path, mon
     with pytest.raises(RuntimeError, match="did not train as plain SGD's did"):
         profile.machinery_s("tiny-resnet", 2, threads=1, cache_dir=tmp_path, rounds=1, iters=2)
     assert not list(tmp_path.iterdir())
+
+
+def test_bytescheduler_machinery_beside_a_neighbour_that_does_the_same(tmp_path):
+    """Beside other workers, each neighbour runs plain steps in the plain rounds and
+    ByteScheduler's (at one worker, `_Queued`) in its rounds; a neighbour whose ByteScheduler
+    failed would have ended the measurement (`check`). None is left running after."""
+    import multiprocessing
+
+    from ddlbench.predict import profile
+
+    out = profile.machinery_s("tiny-resnet", 2, threads=1, sharers=2, cache_dir=tmp_path, rounds=2, iters=3)
+    assert "beside 1 more worker(s) doing the same on this machine's cores" in out["source"]
+    assert out["plain_s"] > 0 and out["bytescheduler_s"] > 0
+    assert not multiprocessing.active_children()
