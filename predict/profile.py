@@ -453,10 +453,6 @@ class _Landing:
         self._thread.join(timeout=30)
 
 
-MACHINERY_ROUNDS = 6   # `machinery_s`: alternating rounds of plain and ByteScheduler iterations
-MACHINERY_ITERS = 40   # iterations per round (tiny-resnet here: about 1 s per pair of rounds)
-
-
 class _Queued:
     """A worker of `model` whose steps run the real `methods.bytescheduler.ByteScheduler` at one
     worker, on the CPU, its partitions landing on `_Landing`'s thread: the step `machinery_s`
@@ -488,6 +484,8 @@ class _Queued:
         self.sync.close()
 
 
+MACHINERY_ROUNDS = 6   # `machinery_s`: alternating rounds of plain and ByteScheduler iterations
+MACHINERY_ITERS = 40   # timed iterations per round (tiny-resnet here: about 1 s per pair of rounds)
 MACHINERY_SETTLE = 2   # iterations of each round untimed: the neighbours switch at their next step
 
 
@@ -577,10 +575,7 @@ def machinery_s(model: str, local_batch: int, threads: int | None = None, sharer
            "source": f"measured: ByteScheduler at one worker on the cpu at {threads} threads{beside}, against plain "
                      f"iterations, {rounds} alternating rounds of {iters}"}
     if cache:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(out))
-        tmp.replace(path)
+        _write_json(path, out)
     return out
 
 
@@ -669,9 +664,14 @@ def _read_cached(path: Path) -> Profile | None:
 
 
 def _write_cached(path: Path, prof: Profile) -> None:
+    _write_json(path, asdict(prof))
+
+
+def _write_json(path: Path, fields: dict) -> None:
+    """Written whole or not at all (a reader never sees half a file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(asdict(prof)))
+    tmp.write_text(json.dumps(fields))
     tmp.replace(path)
 
 

@@ -108,11 +108,10 @@ but for PS on the emulated cluster's links, below):
   `Options.bytescheduler_unit_s` per unit, serial on the update path before each parameter's
   update, calibrated from a one-worker run of the method (`calibrate_unit_s`: one worker of this
   runtime runs the whole machinery, and pushes through its servers on PS). 0 by default. Where
-  the workers share a host's cores, the machinery's threads wait for cores the others hold and
-  take them from the others' compute: there `Options.bytescheduler_cpu_s` instead, what the
-  machinery adds to one worker's iteration beside W-1 training neighbours
-  (`profile.machinery_s`, a one-worker microbenchmark), lengthens backward as the messages'
-  CPU does;
+  the workers share a host's cores, the machinery's threads also take cores from the others'
+  compute: there `Options.bytescheduler_cpu_s` as well, what the machinery adds to one worker's
+  iteration beside W-1 neighbours doing the same (`profile.machinery_s`, a one-worker
+  microbenchmark), lengthens backward as the messages' CPU does;
 - stragglers: every iteration of W workers waits for the slowest one's compute. Where the
   profile was measured (`iteration_s`: one worker's iterations, on a shared machine beside the
   run's other workers), every compute time is the profile's times `Profile.sync_factor(W)`,
