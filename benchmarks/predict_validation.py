@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from collections import defaultdict
@@ -206,6 +207,18 @@ def setup_machinery(results: str, run: dict) -> float:
         return 0.0
     return profile.machinery_s(run["model"], run["local_batch"], threads=run_threads(run), sharers=run["workers"],
                                cache_dir=profiles_dir(results), rounds=MACHINERY_ROUNDS)["machinery_s"]
+
+
+def machinery_table(results: str) -> str | None:
+    """The machinery timings kept in `profiles_dir` (`setup_machinery`), one row each, as the
+    predictions of the runs sharing the cores used them; None where there are none."""
+    rows = []
+    for path in sorted(profiles_dir(results).glob("*-machinery.json")):
+        m = json.loads(path.read_text())
+        rows.append([path.name.removesuffix("-machinery.json"), f"{m['machinery_s'] * 1e3:.2f}",
+                     f"{m['plain_s'] * 1e3:.2f}", f"{m['bytescheduler_s'] * 1e3:.2f}", m["source"]])
+    return markdown(["kept as", "machinery ms", "plain step ms", "ByteScheduler step ms", "source"], rows) \
+        if rows else None
 
 
 def at_threads_of(results: str, one_worker_run: dict, x1: float, run: dict) -> float:
@@ -502,6 +515,11 @@ def main(argv=None) -> int:
         print("\nByteScheduler's own machinery, calibrated from its one-worker runs (per unit, one worker alone):")
         print(markdown(["model", "local batch", "method", "network", "ms per unit"],
                        [[*k, f"{v * 1e3:.3f}"] for k, v in sorted(units.items())]))
+    beside = machinery_table(a.results)
+    if beside:
+        print("\nByteScheduler's machinery beside the run's other workers, taken from their compute "
+              "(profile.machinery_s, per iteration of one worker):")
+        print(beside)
     print("\nPer run (sharing): predicted / measured samples/s")
     print(markdown(["method", "network", "workers", "predicted", "measured", "error", "MG-WFBP: predictor's own plan"],
                    [[m, net, w, f"{p:.1f}", f"{x:.1f}", f"{(p - x) / x:+.0%}", plan or "-"]

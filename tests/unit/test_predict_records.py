@@ -401,6 +401,14 @@ def test_a_bench_keeps_the_profiles_that_calibrate_its_runs_beside_them(tmp_path
         ["tiny-resnet-b8-cpu-t1-s2-r1x40-machinery.json", "tiny-resnet-b8-cpu-t1-s2-w3-r3-measured.json",
          "tiny-resnet-b8-cpu-t2-w3-r3-measured.json"]
     assert machinery[0]["threads"] == 1 and machinery[0]["sharers"] == 2
+    # the validation's report shows the kept timing the predictions of the sharing runs used
+    table = validation.machinery_table(str(tmp_path))
+    kept = json.loads((tmp_path / "profiles" / "tiny-resnet-b8-cpu-t1-s2-r1x40-machinery.json").read_text())
+    (row,) = [[c.strip() for c in line.split("|")[1:-1]] for line in table.splitlines()
+              if line.startswith("| tiny-resnet")]
+    assert row[:2] == ["tiny-resnet-b8-cpu-t1-s2-r1x40", f"{kept['machinery_s'] * 1e3:.2f}"]
+    assert "beside 1 more worker(s) doing the same" in row[-1]
+    assert validation.machinery_table(str(tmp_path / "none")) is None
     shared = validation.local(str(tmp_path), "loopback")[0]
     assert len(measures) == n and sorted(shared) == ["bytescheduler-a2a", "ddp", "wfbp-ps"]  # read, not measured again
     assert not list((tmp_path / "home-cache").glob("*-machinery.json"))
