@@ -197,13 +197,19 @@ def setup_profiles(results: str, run: dict, one_worker_run: dict):
 MACHINERY_ROUNDS = 12
 
 
+def runs_queue(method: str) -> bool:
+    """Whether this runtime's `method` runs ByteScheduler's queue (its ByteScheduler-PS does:
+    the worker variant)."""
+    return simulate.runs_bytescheduler_queue(simulate.method_config(method, "worker"))
+
+
 def setup_machinery(results: str, run: dict) -> float:
     """ByteScheduler's machinery in one worker of `run`, beside its W-1 others at its threads
     (profile.machinery_s, kept in `profiles_dir`): seconds per iteration, taken from compute
     (`simulate.Options.bytescheduler_cpu_s`). 0 for a method without ByteScheduler's queue."""
     from ddlbench.predict import profile
 
-    if not simulate.runs_bytescheduler_queue(simulate.method_config(run["method"], "worker")):
+    if not runs_queue(run["method"]):
         return 0.0
     return profile.machinery_s(run["model"], run["local_batch"], threads=run_threads(run), sharers=run["workers"],
                                cache_dir=profiles_dir(results), rounds=MACHINERY_ROUNDS)["machinery_s"]
@@ -273,8 +279,7 @@ def calibrating_runs(recs: list[dict]):
     this runtime's ByteScheduler-PS runs the worker's queue)."""
     base = one_worker_bases(recs)
     return [(r, base[setup_key(r)]) for r in recs if r["workers"] == 1 and setup_key(r) in base
-            and r["method"] in simulate.METHODS
-            and simulate.runs_bytescheduler_queue(simulate.method_config(r["method"], "worker"))]
+            and r["method"] in simulate.METHODS and runs_queue(r["method"])]
 
 
 def ok_records(results: str) -> list[dict]:

@@ -518,11 +518,9 @@ def machinery_s(model: str, local_batch: int, threads: int | None = None, sharer
         raise ValueError(f"sharers={sharers!r}, rounds={rounds!r}, iters={iters!r} are invalid; accepted: each >= 1")
     threads = threads or torch.get_num_threads()
     path = Path(cache_dir or CACHE_DIR) / f"{model}-b{local_batch}-cpu-t{threads}-s{sharers}-r{rounds}x{iters}-machinery.json"
-    if cache:
-        try:
-            return json.loads(path.read_text())
-        except (OSError, ValueError):
-            pass
+    kept = _read_json(path) if cache else None
+    if kept is not None:
+        return kept
     cpu = torch.device("cpu")
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -647,10 +645,21 @@ def derived(model: str, local_batch: int, samples_per_sec_1: float, cache: bool 
     return raw.scaled(samples_per_sec_1, f"derived: roofline per operator, scaled to {samples_per_sec_1:g} samples/s on one worker")
 
 
+def _read_json(path: Path) -> dict | None:
+    """A cached file's fields, or None where there is none or it does not parse (then it is made
+    again)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def _read_cached(path: Path) -> Profile | None:
     """A cached profile, or None where there is none or it does not parse (then it is made again)."""
+    fields = _read_json(path)
+    if fields is None:
+        return None
     try:
-        fields = json.loads(path.read_text())
         # a profile cached before its buffers (or, measured, its iterations) were recorded is made
         # again, not read as having none
         source = fields.get("source", "")
@@ -659,7 +668,7 @@ def _read_cached(path: Path) -> Profile | None:
         if source.startswith("measured: one worker on cuda") and CUDA_HOOKS not in source:
             return None  # timed otherwise (a synchronisation in every hook, a batch made in every iteration)
         return Profile(**fields)
-    except (OSError, ValueError, TypeError):
+    except (ValueError, TypeError):
         return None
 
 
