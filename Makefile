@@ -204,9 +204,13 @@ shell: install
 BENCH_LINKS ?= 100mbit 1gbit
 BENCH_MODEL ?= tiny-resnet
 BENCH_ONE_REPEATS ?= 6
+# Each multi-worker run's repeats start with a compute probe of this many steps (driver: every
+# worker times training steps alone, all at once): the predictor's validation takes one worker's
+# compute from it, as the run ran, where a profile measured minutes apart mistimes it.
+BENCH_PROBE_ITERS ?= 8
 # The bench's two sweeps, given where they run ($(1): the launcher's overrides and results_dir).
 bench_many = $(PY) -m ddlbench --multirun method=$(ALL_METHODS) workers=2,4 model=$(BENCH_MODEL) $(1) \
-	skip_recorded=true $(OVERRIDES)
+	profile.compute_probe_iters=$(BENCH_PROBE_ITERS) skip_recorded=true $(OVERRIDES)
 bench_one = $(PY) -m ddlbench --multirun method=bsp-a2a,bytescheduler-ps,bytescheduler-a2a workers=1 \
 	model=$(BENCH_MODEL) profile.repeats=$(BENCH_ONE_REPEATS) $(1) skip_recorded=true $(OVERRIDES)
 bench-emulated: install

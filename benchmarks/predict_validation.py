@@ -299,21 +299,28 @@ def calibrate(results: str) -> int:
                list(profiles_dir(results).glob("*-machinery.json")))
 
 
-def local(results: str, local_network: str | None) -> tuple[dict, dict, list, dict]:
+def local(results: str, local_network: str | None) -> tuple[dict, dict, list, dict, dict]:
     """Over our own records with a known network: ({method: [(predicted, measured)]} with the
     workers sharing this machine, the same as if each had it alone, the per-run rows
-    (method, network, workers, predicted, measured, MG-WFBP's plan check) of the first, and {(model, batch, method,
-    network): ByteScheduler's calibrated machinery per unit in seconds}).
+    (method, network, workers, predicted, measured, MG-WFBP's plan check, where the compute came
+    from: "probe" or "profile") of the first, {(model, batch, method, network): ByteScheduler's
+    calibrated machinery per unit in seconds}, and the first again with every run's compute
+    from the bench-end profile, probe or not).
 
     The setup's one-worker throughput: every one-worker run of a method that only computes at
     one worker (`compute_only_at_one_worker`), on any network (one worker sends nothing), same
     model, batch, device and backend. Every worker of a run here shared this machine's cores
-    (local runs, and the emulated cluster's namespaces), so it is rescaled to the device one
-    worker of the W-worker run got: by the ratio of two profiles, one worker alone at the
+    (local runs, and the emulated cluster's namespaces), so one worker's compute is what it got
+    beside the others: where the run has a compute probe (`probe_compute_s`: each repeat began
+    with every worker timing training steps alone, at once, with nothing communicating), that
+    step, and its steps' spread is what the W workers wait for (`Profile.sync_factor`); else the
+    one-worker throughput rescaled by the ratio of two profiles, one worker alone at the
     one-worker run's threads against one worker beside W-1 others at the W-worker run's threads
     (`setup_profiles`: profile.measured, sharers=W; no communication runs in either), measured
-    as the bench finished where it kept them, else now; the second's iterations' spread is what
-    the W workers wait for (`Profile.sync_factor`). ByteScheduler's own machinery: a delay per
+    as the bench finished where it kept them, else now, the second's spread what they wait for.
+    What a worker gets beside others drifts over minutes here, so a profile measured minutes
+    from the run mistimes its compute (one bench's 4-worker runs all 20-30% faster than
+    predicted, the next's 11-20% slower); the probe times it as the run ran. ByteScheduler's own machinery: a delay per
     unit on its update path, calibrated from the one-worker runs of that method where there are
     some (`simulate.calibrate_unit_s`), against the setup's one-worker compute at that run's own
     threads (`at_threads_of`), and rescaled as the compute is; with the workers sharing the
@@ -332,7 +339,7 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
         if r["workers"] == 1 and r["method"] in simulate.METHODS:
             link = one_worker_link(r["method"], record_network(r) or local_network)
             own[(*setup_key(r), r["method"], link)].append(r)
-    shared, alone, runs, units = defaultdict(list), defaultdict(list), [], {}
+    shared, alone, runs, units, profiled = defaultdict(list), defaultdict(list), [], {}, defaultdict(list)
     for r, base in setups(recs):
         net = record_network(r) or local_network
         if net is None:
@@ -353,18 +360,29 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
                                                     r["local_batch"] / one_worker_samples_per_sec(mine), stack_opts)
         unit_s = units.get(ukey, 0.0)
         ratio = by_itself.compute_s / beside.compute_s
+        machinery = setup_machinery(results, r)
         resolved, plan = mgwfbp_resolved(r), ""
+        # the compute of one worker beside the others: the run's own probe where it has one (as
+        # the run ran), else the profile measured beside W-1 others as the bench finished
+        calibrations = [(profiled, x1 * ratio, unit_s / ratio, machinery, beside.iteration_s),
+                        (alone, x1, unit_s, 0.0, by_itself.iteration_s)]
+        probe = probe_compute_s(r)
+        if probe:
+            at_run = (r["local_batch"] / x1) / probe
+            calibrations.append((shared, r["local_batch"] / probe, unit_s / at_run, machinery,
+                                 r["compute_probe_iter_s"]))
         # ByteScheduler's machinery: a delay on its own update path (calibrated from its one-worker
         # run), and beside the run's other workers the cores' time it takes from them (measured so)
-        for pairs, one, u, cpu, spread in ((shared, x1 * ratio, unit_s / ratio, setup_machinery(results, r), beside),
-                                           (alone, x1, unit_s, 0.0, by_itself)):
+        for pairs, one, u, cpu, spread in calibrations:
             opts = replace(stack_opts, bytescheduler_unit_s=u, bytescheduler_cpu_s=cpu, mgwfbp_alpha_beta=resolved)
-            # the iterations' spread of the same measured profile: what W workers wait for
-            prof = replace(cli.load_profile(r["model"], r["local_batch"], one), iteration_s=spread.iteration_s)
+            # the iterations' spread measured with the same compute: what W workers wait for
+            prof = replace(cli.load_profile(r["model"], r["local_batch"], one), iteration_s=list(spread))
             p, prof, cluster = cli.predict(r["model"], [r["workers"]], placed, (r["method"],), r["local_batch"], one,
                                            opts, explain=False, prof=prof)
             pairs[r["method"]].append((p[(r["method"], r["workers"])].samples_per_sec, r["samples_per_sec"]))
-            if resolved and pairs is shared and r.get("groups"):
+            if not probe and pairs is profiled:
+                shared[r["method"]].append(pairs[r["method"]][-1])
+            if resolved and pairs is (shared if probe else profiled) and r.get("groups"):
                 # the groups also depend on the backward times: does the run's alpha, beta give
                 # the run's groups with this profile, and would the predictor alone choose them?
                 run_groups = list(r["groups"])
@@ -374,8 +392,16 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
                     f"other: {len(own_plan.messages)} groups, the run {len(run_groups)}"
                 if group_bytes(given, prof) != run_groups:
                     plan += f"; timed: {len(given.messages)} groups, not the run's"
-        runs.append((r["method"], net, r["workers"], *shared[r["method"]][-1], plan))
-    return shared, alone, runs, units
+        runs.append((r["method"], net, r["workers"], *shared[r["method"]][-1], plan, "probe" if probe else "profile"))
+    return shared, alone, runs, units, profiled
+
+
+def probe_compute_s(rec: dict) -> float | None:
+    """The run's compute probe (driver: `profile.compute_probe_iters`): the workers' mean
+    training step alone beside each other, over its repeats, in seconds; None where it ran
+    none."""
+    steps = rec.get("compute_probe_s")
+    return statistics.mean(steps) if steps and rec.get("compute_probe_iter_s") else None
 
 
 REFERENCE = "bsp-a2a"  # the speedup's baseline method: every other run is also judged against it
@@ -389,7 +415,7 @@ def relative(runs: list, reference: str = REFERENCE) -> dict:
     samples/s) the compute's calibration errs alike for every method of a bench; a ratio cancels
     it and keeps what the model is for, how the methods compare. `runs`: `local`'s per-run rows."""
     by = defaultdict(list)
-    for m, net, w, p, x, _ in runs:
+    for m, net, w, p, x, *_ in runs:
         by[(m, net, w)].append((p, x))
     mean = {k: (statistics.mean(p for p, _ in v), statistics.mean(x for _, x in v)) for k, v in by.items()}
     out = defaultdict(list)
@@ -492,20 +518,24 @@ def main(argv=None) -> int:
     print("\nWhat dominates each prediction at 32 workers (then the largest exposed communication cost):")
     print(markdown(["method"] + models, [[m] + [s["dominant"][(model, m)] for model in models] for m in STUDY_METHODS]))
 
-    shared, alone, runs, units = local(a.results, a.local_network)
+    shared, alone, runs, units, profiled = local(a.results, a.local_network)
     print(f"\nAgainst real runs under {a.results}:")
     if not shared:
         print("  none with a known network: runs need a one-worker run of their setup and a network "
               "(a record's `network` field, or --local-network NAME)")
         return 0
-    print("(workers sharing this machine's cores: the one-worker throughput rescaled by a profile measured "
-          "beside W-1 other workers; alone: as if each worker had the one-worker run's machine to itself)")
+    print("(workers sharing this machine's cores: one worker's compute as the run's own compute probe timed it, "
+          "where it ran one, else the one-worker throughput rescaled by a profile measured beside W-1 other "
+          "workers as the bench finished (also shown alone, 'bench-end profile'); alone: as if each worker had "
+          "the one-worker run's machine to itself)")
     apart = spread(a.results, a.again) if a.again else {}
     rel = relative(runs)
-    print(markdown(["method", "runs", "median APE, sharing (target <= 10%)", "median APE, alone",
+    print(markdown(["method", "runs", "median APE, sharing (target <= 10%)", "probed runs",
+                    "median APE, sharing, bench-end profile", "median APE, alone",
                     f"median APE of samples/s over {REFERENCE}'s (sharing)"]
                    + ([f"median apart from {a.again} (runs)"] if a.again else []),
-                   [[m, len(ps), f"{simulate.mape(ps):.1%}", f"{simulate.mape(alone[m]):.1%}",
+                   [[m, len(ps), f"{simulate.mape(ps):.1%}", sum(1 for r in runs if r[0] == m and r[-1] == "probe"),
+                     f"{simulate.mape(profiled[m]):.1%}", f"{simulate.mape(alone[m]):.1%}",
                      f"{statistics.median(rel[m]):.1%}" if rel.get(m) else "-"]
                     + ([f"{statistics.median(apart[m]):.1%} ({len(apart[m])})" if apart.get(m) else "-"]
                        if a.again else [])
@@ -526,9 +556,10 @@ def main(argv=None) -> int:
               "(profile.machinery_s, per iteration of one worker):")
         print(beside)
     print("\nPer run (sharing): predicted / measured samples/s")
-    print(markdown(["method", "network", "workers", "predicted", "measured", "error", "MG-WFBP: predictor's own plan"],
-                   [[m, net, w, f"{p:.1f}", f"{x:.1f}", f"{(p - x) / x:+.0%}", plan or "-"]
-                    for m, net, w, p, x, plan in sorted(runs)]))
+    print(markdown(["method", "network", "workers", "predicted", "measured", "error", "compute from",
+                    "MG-WFBP: predictor's own plan"],
+                   [[m, net, w, f"{p:.1f}", f"{x:.1f}", f"{(p - x) / x:+.0%}", source, plan or "-"]
+                    for m, net, w, p, x, plan, source in sorted(runs)]))
     print("(MG-WFBP is predicted with the run's own start-up alpha, beta (its record); the last column says "
           "whether the predictor's model of that microbenchmark alone chooses the run's groups, and, where "
           "it is so, that the run's alpha, beta give other groups with this profile's backward times)")

@@ -18,9 +18,21 @@ on the machine counted; on a run that shares one machine, near `host_cores` mean
 bound by the CPU) and where this rank's own CPU went (`thread_cpu_ms_per_iter`: per thread
 name, the main thread's compute beside the methods' helpers and the backend's threads, read
 from /proc before and after the block, `hostcpu.thread_cpu_s`). Formulas: `ddlbench.metrics`.
+
+With `profile.compute_probe_iters` > 0 (the benches set it; 0 by default), every repeat starts
+with a compute probe: all the workers at once, after one all-reduce that lines them up, run
+that many training steps alone (forward, backward and a momentum-SGD step on a private copy of
+the model taken before the method wrapped it: no hook, no communication, the run's parameters
+untouched) after one untimed, each step timed by host stamps after a device synchronisation.
+It is what one worker's compute takes beside the others, then: on a shared machine that drifts
+over minutes, so a profile measured apart from the run mistimes it (`compute_probe_s`: the
+workers' mean step per repeat; `compute_probe_iter_s`: rank 0's steps; a `probe` span per
+repeat in the trace). The predictor's validation calibrates its compute from it; it is no
+multi-worker result (nothing communicates) and never enters the throughput.
 """
 from __future__ import annotations
 
+import copy
 import os
 import sys
 import time
@@ -35,6 +47,7 @@ from .models import data
 def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
     if ctx.device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # the study's setting; autotuning then happens in set-up and warm-up
+    probe = _Probe(workload, cfg) if cfg.profile.get("compute_probe_iters", 0) else None  # before any hook
     model = sync.wrap(workload.model)
     sync.setup(workload.model)
     opt = sync.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=cfg.optimizer.lr, momentum=cfg.optimizer.momentum))
@@ -45,6 +58,8 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
     iter_times: list[float] = []
     busy_cores: list[float] = []
     thread_ms: list[dict] = []
+    probe_s: list[float] = []
+    probe_iter_s: list[float] = []
     iteration = 0
 
     def one() -> None:
@@ -54,6 +69,10 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
         iteration += 1
 
     for repeat in range(p.repeats):
+        if probe is not None:
+            steps = probe.run(ctx, batches, tracer, iteration, repeat)
+            probe_iter_s += steps
+            probe_s.append(_mean_over_ranks(sum(steps) / len(steps), ctx))
         last = time.perf_counter()
         for i in range(p.warmup_iters):
             one()
@@ -94,8 +113,44 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
         "host_cores": hostcpu.cores(),
         "host_busy_cores": busy_cores,
         "thread_cpu_ms_per_iter": thread_ms,
+        **({"compute_probe_s": probe_s, "compute_probe_iter_s": probe_iter_s} if probe is not None else {}),
         **numerics(ctx.device),
     }
+
+
+class _Probe:
+    """The compute probe (module docstring): a copy of the model as the workload built it, before
+    the method wraps it, with an optimizer of the run's settings."""
+
+    def __init__(self, workload, cfg):
+        self.workload, self.iters = workload, int(cfg.profile.compute_probe_iters)
+        self.model = copy.deepcopy(workload.model)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.optimizer.lr, momentum=cfg.optimizer.momentum)
+
+    def run(self, ctx, batches: list, tracer, iteration: int, repeat: int) -> list[float]:
+        """One probe: the seconds of each timed step."""
+        _slowest_rank([0.0], ctx)  # every worker starts it together: each is timed beside the others
+        t0_us = tracer.now_us()
+        stamps = []  # (the run's own iterations seed their dropout each, as `one` does)
+        for i in range(self.iters + 1):  # the first untimed
+            loss = self.workload.loss(self.model, batches[i % len(batches)])
+            loss.backward()
+            self.opt.step()
+            self.opt.zero_grad()
+            _sync(ctx.device)
+            stamps.append(time.perf_counter())
+        tracer.complete("compute probe", "probe", t0_us, tracer.now_us(),
+                        {"iter": iteration, "iters": self.iters, "repeat": repeat})
+        return [b - a for a, b in zip(stamps, stamps[1:])]
+
+
+def _mean_over_ranks(value: float, ctx) -> float:
+    """The workers' mean of `value`: one collective."""
+    if ctx.world == 1:
+        return value
+    t = torch.tensor([value], dtype=torch.float64, device=ctx.device)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM, group=ctx.group)
+    return t.item() / ctx.world
 
 
 def _tick(progress, heartbeat, repeat: int, i: int, since: float) -> float:

@@ -3,8 +3,10 @@
 One file per rank; `pid` is the rank, `tid` a lane (compute, comm, server). Every event is a
 complete event (`"ph": "X"`, `ts` and `dur` in microseconds) with a `cat` of forward, backward,
 comm, server or optimizer and `args.iter`, plus one `measure` span per timed block (`args.iter`
-its first iteration, `args.iters` how many). Timestamps are wall-clock microseconds taken from a
-monotonic clock anchored once, so ranks on one host line up and durations never jump.
+its first iteration, `args.iters` how many) and one `probe` span per compute probe (the
+driver's, where on: `args.iter` the iteration after it). Timestamps are wall-clock
+microseconds taken from a monotonic clock anchored once, so ranks on one host line up and
+durations never jump.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import time
 from pathlib import Path
 
 LANES = {"compute": 0, "comm": 1, "server": 2}
-CATEGORIES = ("forward", "backward", "comm", "server", "optimizer", "measure")
+CATEGORIES = ("forward", "backward", "comm", "server", "optimizer", "measure", "probe")
 
 
 class Tracer:

@@ -89,6 +89,46 @@ def test_batches_are_made_before_measuring_and_each_block_holds_its_iterations(g
                for block in result["thread_cpu_ms_per_iter"])
 
 
+@pytest.mark.parametrize("method", ["wfbp-a2a", "bytescheduler-a2a"])
+def test_the_compute_probe_times_steps_before_each_repeat_and_leaves_the_run_as_it_was(group, method):
+    """profile.compute_probe_iters: before each repeat's warm-up, that many training steps on a
+    private copy of the model, timed and traced apart from the blocks; the method's hooks never
+    see them (they would count gradients or communicate), and the run ends with the parameters
+    a run without the probe gets."""
+    def run(probe_iters: int):
+        cfg = config.resolve(config._compose([
+            f"method={method}", "model=tiny-resnet", "workers=1", "local_batch=2", "profile.warmup_iters=1",
+            "profile.measured_iters=2", "profile.repeats=2", f"profile.compute_probe_iters={probe_iters}"]))
+        w = models.build(cfg.model, cfg.local_batch, cfg.seed)
+        tracer = Tracer(0)
+        ctx = methods.Context(rank=0, world=1, device=torch.device("cpu"), tracer=tracer, workload=w, seed=cfg.seed,
+                              extra={"workers": 1, "servers": 0, "comm_timeout_s": 30, "optimizer": cfg.optimizer,
+                                     "engine": "torch", "startup_timeout_s": 60})
+        sync = methods.build(cfg.method, ctx)
+        try:
+            result = driver.measure(cfg, ctx, w, sync)
+        finally:
+            sync.close()
+        return result, driver.fingerprint(w.model), tracer.events
+
+    plain, plain_params, _ = run(0)
+    assert "compute_probe_s" not in plain
+    probed, params, events = run(3)
+    assert params == pytest.approx(plain_params, rel=1e-9)
+    assert len(probed["compute_probe_s"]) == 2 and len(probed["compute_probe_iter_s"]) == 6
+    for r in range(2):  # one worker: the workers' mean step is its own
+        assert probed["compute_probe_s"][r] == pytest.approx(sum(probed["compute_probe_iter_s"][3 * r:3 * r + 3]) / 3)
+    assert all(t > 0 for t in probed["compute_probe_iter_s"])
+    probes = sorted((e for e in events if e["cat"] == "probe"), key=lambda e: e["ts"])
+    blocks = sorted((e for e in events if e["cat"] == "measure"), key=lambda e: e["ts"])
+    assert [(e["args"]["repeat"], e["args"]["iter"], e["args"]["iters"]) for e in probes] == [(0, 0, 3), (1, 3, 3)]
+    for probe, block in zip(probes, blocks):  # before its repeat's warm-up, and outside every block
+        first = min(e["ts"] for e in events if e["cat"] == "forward" and e["args"]["iter"] == probe["args"]["iter"])
+        assert probe["ts"] + probe["dur"] <= first < block["ts"]
+    # the run's own iterations are the same in number: the probe's steps are none of them
+    assert probed["iterations_total"] == plain["iterations_total"] == 6
+
+
 def test_each_threads_cpu_is_counted_under_its_kernel_name():
     """hostcpu.thread_cpu_s: a method's helper thread (named by `start_thread`) that spins 0.3 s
     of CPU shows under its own name, apart from the main thread's; per_iteration_ms divides a

@@ -228,7 +228,7 @@ def test_validation_pools_one_worker_runs_and_calibrates_bytescheduler_from_its_
     assert base[2][0][3] == pytest.approx(predicted())
     assert base[3] == {}  # no one-worker run of ByteScheduler: its machinery alone is not modelled
     write("bytescheduler-a2a", 1, [40.0])  # the machinery more than halves one worker's throughput
-    shared, alone, runs, units = validation.local(str(tmp_path), "loopback")
+    shared, alone, runs, units, _ = validation.local(str(tmp_path), "loopback")
     unit_s = units[("tiny-resnet", 8, "bytescheduler-a2a", "loopback")]
     one = simulate.simulate("bytescheduler-a2a", fixed, network.load("loopback"), 1,
                             simulate.Options(stack="ddlbench", bytescheduler_unit_s=unit_s)).period_s
@@ -242,6 +242,43 @@ def test_validation_pools_one_worker_runs_and_calibrates_bytescheduler_from_its_
     assert validation.local(str(tmp_path), "loopback")[2][0][3] == \
         pytest.approx(predicted(bytescheduler_unit_s=unit_s, bytescheduler_cpu_s=0.01))
     assert predicted(bytescheduler_unit_s=unit_s, bytescheduler_cpu_s=0.01) < runs[0][3]
+
+
+def test_validation_takes_one_workers_compute_from_the_runs_own_probe_where_it_has_one(tmp_path, monkeypatch):
+    """A run with a compute probe (driver: profile.compute_probe_iters) is predicted with the
+    compute the probe timed beside the other workers, and the spread of its steps; the bench-end
+    profile's prediction is kept beside it; a run without one is predicted from the profile."""
+    import importlib.util
+
+    from ddlbench import record
+
+    spec = importlib.util.spec_from_file_location("predict_validation", Path(__file__).parents[2] / "benchmarks"
+                                                  / "predict_validation.py")
+    validation = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(validation)
+    fixed = cli.load_profile("tiny-resnet", 8, 100.0)
+    monkeypatch.setattr(profile, "measured", lambda *a, **k: fixed)  # alone and beside alike: no rescaling
+    steps = [0.1, 0.1, 0.1, 0.3]  # the probe: one worker's step at 8 / 0.15 samples/s, one slow step in four
+    base = {"local_batch": 8, "device": "cpu", "backend": "gloo", "engine": "torch", "env": {"OMP_NUM_THREADS": "1"}}
+    record.write(tmp_path, {**_measured("bsp-a2a", 1, 100.0), **base})
+    record.write(tmp_path, {**_measured("bsp-a2a", 2, 100.0), **base, "compute_probe_s": [0.14, 0.16],
+                            "compute_probe_iter_s": steps})
+    record.write(tmp_path, {**_measured("bsp-a2a", 4, 100.0), **base})  # no probe: from the profile
+
+    def predicted(workers, one, spread):
+        prof = replace(cli.load_profile("tiny-resnet", 8, one), iteration_s=spread)
+        opts = cli.study_opts("local", "ddlbench", backend="gloo")
+        return cli.predict("tiny-resnet", [workers], "loopback", ("bsp-a2a",), 8, one, opts, explain=False,
+                           prof=prof)[0][("bsp-a2a", workers)].samples_per_sec
+    shared, alone, runs, _, profiled = validation.local(str(tmp_path), "loopback")
+    by_workers = {w: (p, source) for _, _, w, p, _, _, source in runs}
+    assert by_workers[2] == (pytest.approx(predicted(2, 8 / 0.15, steps)), "probe")
+    assert by_workers[4] == (pytest.approx(predicted(4, 100.0, fixed.iteration_s)), "profile")
+    assert by_workers[2][0] < predicted(2, 100.0, fixed.iteration_s)  # the probe's slower compute
+    assert sorted(p for p, _ in profiled["bsp-a2a"]) == pytest.approx(sorted(
+        [predicted(2, 100.0, fixed.iteration_s), predicted(4, 100.0, fixed.iteration_s)]))
+    assert sorted(p for p, _ in shared["bsp-a2a"]) == pytest.approx(sorted(p for _, _, _, p, *_ in runs))
+    assert validation.probe_compute_s({"compute_probe_s": [], "compute_probe_iter_s": []}) is None
 
 
 def test_validation_calibrates_bytescheduler_ps_against_the_compute_at_its_one_worker_runs_threads(tmp_path,
