@@ -418,15 +418,27 @@ def ring_link_bytes(nbytes: float, workers: int) -> float:
     return 2 * (workers - 1) / workers * nbytes
 
 
-def ring_bucket(cluster: Cluster, workers: int, algorithm: str) -> Bucket | None:
+def ring_bucket(cluster: Cluster, workers: int, algorithm: str, buckets: dict | None = None) -> Bucket | None:
     """The token bucket an all-reduce stream sees, or None: a ring across machines (the emulated
     cluster's hosts) sends `ring_link_bytes` of each all-reduce through every link direction
     between them, each behind its own bucket, alike: one stands for all. With several workers a
     machine the ring still leaves each machine once each way (ranks fill machines in order), so
-    each link direction carries one chunk a step, as with one."""
+    each link direction carries one chunk a step, as with one. `buckets`: `kept_bucket`'s."""
     m, _ = cluster.nodes(workers)
     ring = m > 1 and algorithm == "ring" and cluster.inter.burst_bytes > 0
-    return Bucket(cluster.inter) if ring else None
+    return kept_bucket(buckets, "ring", cluster.inter) if ring else None
+
+
+def kept_bucket(buckets: dict | None, key, link: Link) -> Bucket:
+    """The token bucket of link direction `key`: where `buckets` is given, the one it keeps for
+    that key (made full the first time), so that iterations simulated one after another share
+    it and each starts with the tokens the one before left (at 100 Mbit/s an iteration's idle
+    spell refills far less than the 128 KiB depth); else a full new one."""
+    if buckets is None:
+        return Bucket(link)
+    if key not in buckets:
+        buckets[key] = Bucket(link)
+    return buckets[key]
 
 
 class Lanes:
@@ -558,11 +570,11 @@ class AllReduceComm:
     a burst of the backend's async all-reduces at this worker count, in this placement
     (`Cluster.lane_speed`: Gloo's two threads), they run as `Lanes` instead."""
 
-    def __init__(self, sim: Sim, cluster: Cluster, workers: int, algorithm: str):
+    def __init__(self, sim: Sim, cluster: Cluster, workers: int, algorithm: str, buckets: dict | None = None):
         self.cluster, self.workers, self.algorithm = cluster, workers, algorithm
         speed = cluster.lane_speed.get(workers) if algorithm == cluster.measured_algorithm else None
         self.lanes = Lanes(sim, GLOO_THREADS, speed) if speed else None
-        self.bucket = ring_bucket(cluster, workers, algorithm)  # each collective meets it as it starts
+        self.bucket = ring_bucket(cluster, workers, algorithm, buckets)  # each collective meets it as it starts
         self.stream = None if self.lanes else Station(sim, bucket=self.bucket)
 
     def send(self, nbytes: int, extra_s: float, on_done, on_start=None) -> None:
@@ -615,12 +627,13 @@ def unpack_s(p: "Plan", profile: Profile) -> float:
     return sum(copy_s(sum(nbytes[i] for i in msg), len(msg)) for msg in p.messages)
 
 
-def allreduce_comm(sim: Sim, cluster: Cluster, workers: int, opts: Options, horovod_defaults: bool = False):
+def allreduce_comm(sim: Sim, cluster: Cluster, workers: int, opts: Options, horovod_defaults: bool = False,
+                   buckets: dict | None = None):
     """An A2A method's all-reduces: the stream (`AllReduceComm`); for the study's stack, where
     Horovod ran at its defaults (`horovod_defaults`: ByteScheduler-A2A), behind its cycle and
     fusion (`HorovodCycle`). The study's other A2A methods set Horovod's cycle and fusion to 0:
-    each request goes at once, alone, as on the stream itself."""
-    comm = AllReduceComm(sim, cluster, workers, opts.algorithm)
+    each request goes at once, alone, as on the stream itself. `buckets`: `kept_bucket`'s."""
+    comm = AllReduceComm(sim, cluster, workers, opts.algorithm, buckets)
     return HorovodCycle(sim, comm, opts.horovod_cycle_s) if opts.stack == "study" and horovod_defaults else comm
 
 
@@ -636,7 +649,7 @@ class PSComm:
     directions, and each server's two link directions and engine threads."""
 
     def __init__(self, sim: Sim, cluster: Cluster, workers: int, message_numels: list[int], element_size: int,
-                 method_cfg: dict, opts: Options, server_schedule: bool):
+                 method_cfg: dict, opts: Options, server_schedule: bool, buckets: dict | None = None):
         self.sim, self.cluster, self.algorithm = sim, cluster, opts.algorithm
         self.m, self.g = cluster.nodes(workers)
         self.S = opts.servers or self.m
@@ -653,9 +666,10 @@ class PSComm:
                 raise ValueError(f"network {cluster.name!r} has no link to a PS server (no `inter` or `ps` link), "
                                  f"which this runtime's PS pushes through even on one machine; accepted: a network "
                                  f"with one, or stack=study")
-            self.up, self.down = Station(sim, bucket=Bucket(wire)), Station(sim, bucket=Bucket(wire))
-            self.server_in = [Station(sim, bucket=Bucket(wire)) for _ in range(self.S)]
-            self.server_out = [Station(sim, bucket=Bucket(wire)) for _ in range(self.S)]
+            self.up = Station(sim, bucket=kept_bucket(buckets, "up", wire))
+            self.down = Station(sim, bucket=kept_bucket(buckets, "down", wire))
+            self.server_in = [Station(sim, bucket=kept_bucket(buckets, ("in", s), wire)) for s in range(self.S)]
+            self.server_out = [Station(sim, bucket=kept_bucket(buckets, ("out", s), wire)) for s in range(self.S)]
             threads = int(method_cfg.get("server_engine_threads", 8))
             self.threads = threads
             self.engine_map = [EngineMap(threads) for _ in range(self.S)]
@@ -1018,15 +1032,20 @@ def simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opts
     f0 = 0.0
     launches: list[tuple[float, int]] = []  # ByteScheduler: (launch, parameter) of the last backward's updates
     # Without ByteScheduler every iteration ends in a barrier (all updated, then the next forward),
-    # so one iteration is the steady state; ByteScheduler's overlap needs a few to settle.
-    for _ in range(ITERATIONS if p.bytescheduler else 1):
+    # so one iteration is the steady state, but for the links' token buckets (`kept_bucket`: each
+    # iteration starts with the tokens the one before left); ByteScheduler's overlap needs a few
+    # to settle.
+    buckets: dict = {}
+    for k in range(ITERATIONS):
+        if k and not (p.bytescheduler or any(b.depth for b in buckets.values())):
+            break
         starts.append(f0)
         if p.bytescheduler:  # each layer waits for its own parameters' updates
             b0 = forward_with_updates(profile, order_by_need, f0 + sync_s, launches)
         else:  # everything was updated before this forward
             b0 = f0 + sync_s + profile.forward_s
         b_end = b0 + profile.backward_s
-        done = _communicate(p, profile, cluster, workers, cfg, opts, b0, b_end)
+        done = _communicate(p, profile, cluster, workers, cfg, opts, b0, b_end, buckets=buckets)
         if p.bytescheduler:
             # each parameter's update is launched as its last partition lands, in landing order,
             # after the machinery of its units (one thread); it runs on the device (forward_with_updates)
@@ -1204,10 +1223,11 @@ def stretched_backward(profile: Profile, extra_s: float) -> Profile:
 
 
 def _communicate(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg: dict, opts: Options,
-                 b0: float, b_end: float, spans: list | None = None) -> list[float]:
+                 b0: float, b_end: float, spans: list | None = None, buckets: dict | None = None) -> list[float]:
     """One iteration's communication from backward start b0: when each parameter's averaged
     gradient is in place (absolute times). `spans`, where given, gets each all-reduce's
-    (start, end, bytes): from when it starts running, not from its launch."""
+    (start, end, bytes): from when it starts running, not from its launch. `buckets`: the links'
+    token buckets as the iteration before left them (`kept_bucket`), where given."""
     sim = Sim()
     n = len(profile.names)
     done = [b_end] * n
@@ -1223,9 +1243,9 @@ def _communicate(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg:
         for i in param_of:
             left[i] += 1
         if p.ps:
-            comm = PSComm(sim, cluster, workers, parts, esize, cfg, opts, server_schedule=False)
+            comm = PSComm(sim, cluster, workers, parts, esize, cfg, opts, server_schedule=False, buckets=buckets)
         else:
-            comm = allreduce_comm(sim, cluster, workers, opts, horovod_defaults=True)
+            comm = allreduce_comm(sim, cluster, workers, opts, horovod_defaults=True, buckets=buckets)
 
         def landed(pid):
             i = param_of[pid]
@@ -1282,9 +1302,9 @@ def _communicate(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg:
     messages = p.messages
     if p.ps:
         comm = PSComm(sim, cluster, workers, [sum(profile.numels[i] for i in m) for m in messages], esize, cfg, opts,
-                      p.server_schedule)
+                      p.server_schedule, buckets)
     else:
-        comm = allreduce_comm(sim, cluster, workers, opts)
+        comm = allreduce_comm(sim, cluster, workers, opts, buckets=buckets)
     for g, members in enumerate(messages):
         launch = max(ready[i] for i in members) if p.eager else b_end
         nbytes = sum(profile.numels[i] for i in members) * esize

@@ -425,6 +425,21 @@ def test_a_token_bucket_link_passes_its_burst_after_idling():
                   algorithm="ring") == pytest.approx(6.0)
 
 
+def test_each_iteration_starts_with_the_tokens_the_one_before_left():
+    """A bucket the compute's idle spell refills only in part (10,000 B/s, 4 s: 40,000 of its
+    100,000 B): every iteration after the first finds 40,000 B of tokens, not a full bucket. The
+    toy's 120,000 B all-reduce (2 ranks: 2 x 0.25 s start-up + 12 s at the rate) takes 0.5 + 12 - 4
+    s; a fresh full bucket every iteration (as the model had it) would give 0.5 + 12 - 10."""
+    slow = Cluster("toy", intra=None, inter=Link(0.25, 1e-4, burst_bytes=100_000), gpus_per_node=1)
+    assert period("bsp-a2a", toy(), slow, algorithm="ring") == pytest.approx(4 + 8.5)
+    # a bucket the idle spell fills: every iteration as the first
+    fast = Cluster("toy", intra=None, inter=Link(0.25, 1e-4, burst_bytes=30_000), gpus_per_node=1)
+    assert period("bsp-a2a", toy(), fast, algorithm="ring") == pytest.approx(4 + 0.5 + 12 - 3)
+    # a real link: one iteration is the steady state, as before
+    assert period("bsp-a2a", toy(), replace(slow, inter=Link(0.25, 1e-4)), algorithm="ring") == \
+        pytest.approx(4 + 12.5)
+
+
 def test_all_reduces_during_backward_take_the_shared_cores_from_it():
     """Workers on one machine's 2 cores, each all-reduce 0.5 s of its CPU per worker (commbench's
     fusion bursts at 2 ranks): the 2 workers' first 2 WFBP-A2A all-reduces (2 s of CPU) make
