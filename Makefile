@@ -206,8 +206,10 @@ BENCH_MODEL ?= tiny-resnet
 BENCH_ONE_REPEATS ?= 6
 # Each multi-worker run's repeats start with a compute probe of this many steps (driver: every
 # worker times training steps alone, all at once): the predictor's validation takes one worker's
-# compute from it, as the run ran, where a profile measured minutes apart mistimes it.
-BENCH_PROBE_ITERS ?= 8
+# compute from it, as the run ran, where a profile measured minutes apart mistimes it. With 4
+# workers on 2 cores a run's two probes were 23% apart at the median over a bench at 8 steps
+# (54% at most), 11% at 24 (23% at most).
+BENCH_PROBE_ITERS ?= 24
 # The bench's two sweeps, given where they run ($(1): the launcher's overrides and results_dir).
 bench_many = $(PY) -m ddlbench --multirun method=$(ALL_METHODS) workers=2,4 model=$(BENCH_MODEL) $(1) \
 	profile.compute_probe_iters=$(BENCH_PROBE_ITERS) skip_recorded=true $(OVERRIDES)
