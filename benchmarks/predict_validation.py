@@ -364,25 +364,24 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
         resolved, plan = mgwfbp_resolved(r), ""
         # the compute of one worker beside the others: the run's own probe where it has one (as
         # the run ran), else the profile measured beside W-1 others as the bench finished
-        calibrations = [(profiled, x1 * ratio, unit_s / ratio, machinery, beside.iteration_s),
-                        (alone, x1, unit_s, 0.0, by_itself.iteration_s)]
+        calibrations = {"profile": (x1 * ratio, unit_s / ratio, machinery, beside.iteration_s),
+                        "alone": (x1, unit_s, 0.0, by_itself.iteration_s)}
         probe = probe_compute_s(r)
         if probe:
             at_run = (r["local_batch"] / x1) / probe
-            calibrations.append((shared, r["local_batch"] / probe, unit_s / at_run, machinery,
-                                 r["compute_probe_iter_s"]))
+            calibrations["probe"] = (r["local_batch"] / probe, unit_s / at_run, machinery, r["compute_probe_iter_s"])
+        source = "probe" if probe else "profile"  # the prediction of the workers sharing the cores
+        pair = {}
         # ByteScheduler's machinery: a delay on its own update path (calibrated from its one-worker
         # run), and beside the run's other workers the cores' time it takes from them (measured so)
-        for pairs, one, u, cpu, spread in calibrations:
+        for name, (one, u, cpu, spread) in calibrations.items():
             opts = replace(stack_opts, bytescheduler_unit_s=u, bytescheduler_cpu_s=cpu, mgwfbp_alpha_beta=resolved)
             # the iterations' spread measured with the same compute: what W workers wait for
             prof = replace(cli.load_profile(r["model"], r["local_batch"], one), iteration_s=list(spread))
             p, prof, cluster = cli.predict(r["model"], [r["workers"]], placed, (r["method"],), r["local_batch"], one,
                                            opts, explain=False, prof=prof)
-            pairs[r["method"]].append((p[(r["method"], r["workers"])].samples_per_sec, r["samples_per_sec"]))
-            if not probe and pairs is profiled:
-                shared[r["method"]].append(pairs[r["method"]][-1])
-            if resolved and pairs is (shared if probe else profiled) and r.get("groups"):
+            pair[name] = (p[(r["method"], r["workers"])].samples_per_sec, r["samples_per_sec"])
+            if resolved and name == source and r.get("groups"):
                 # the groups also depend on the backward times: does the run's alpha, beta give
                 # the run's groups with this profile, and would the predictor alone choose them?
                 run_groups = list(r["groups"])
@@ -392,7 +391,9 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
                     f"other: {len(own_plan.messages)} groups, the run {len(run_groups)}"
                 if group_bytes(given, prof) != run_groups:
                     plan += f"; timed: {len(given.messages)} groups, not the run's"
-        runs.append((r["method"], net, r["workers"], *shared[r["method"]][-1], plan, "probe" if probe else "profile"))
+        for pairs, name in ((shared, source), (profiled, "profile"), (alone, "alone")):
+            pairs[r["method"]].append(pair[name])
+        runs.append((r["method"], net, r["workers"], *pair[source], plan, source))
     return shared, alone, runs, units, profiled
 
 
