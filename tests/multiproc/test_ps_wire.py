@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,9 @@ from ddlbench.methods.ps_zmq import ADDRESS_FILE_ENV, PUSH, STOP, _header
 from helpers import ddlbench, records, reference_parameters
 
 pytestmark = pytest.mark.multiproc
+# The squatter takes a pusher's identity this long after the server binds: the pushers connect
+# as it binds (the same rendezvous), and a squatter that came first would take their place.
+SQUAT_AFTER_S = 0.25
 
 
 def attack(address_file: Path, done: threading.Event, sent: dict) -> None:
@@ -38,9 +42,10 @@ def attack(address_file: Path, done: threading.Event, sent: dict) -> None:
         d.connect(address)
         return d
 
-    anonymous, foreign = dealer(), dealer(b"w9")
-    done.wait(1)  # the pushers are connected by now: squatting their identity must change nothing
-    squatter, idle_worker = dealer(b"w0"), dealer(b"w1")  # w1 pushes nothing (per-machine: w0 pushes)
+    # at once: a run on a fast machine ends well within a second of its server binding
+    anonymous, foreign, idle_worker = dealer(), dealer(b"w9"), dealer(b"w1")  # w1 pushes nothing (per-machine)
+    socks = [anonymous, foreign, idle_worker]
+    squat_at = time.monotonic() + SQUAT_AFTER_S
     oversized = rng.randbytes(1 << 22)  # above any tiny-resnet partition: libzmq drops the connection
     shapes = [
         lambda: [rng.randbytes(rng.randrange(1, 64))],                               # one frame of noise
@@ -55,7 +60,9 @@ def attack(address_file: Path, done: threading.Event, sent: dict) -> None:
     rounds = 0
     while not done.is_set():
         rounds += 1
-        for sock in (anonymous, foreign, idle_worker, squatter):
+        if len(socks) == 3 and time.monotonic() >= squat_at:
+            socks.append(dealer(b"w0"))  # the pushers are connected by now: squatting must change nothing
+        for sock in socks:
             big = [lambda: [_header(PUSH, 0, 0), oversized, rng.randbytes(32)]] if rounds % 100 == 0 else []
             for shape in shapes + big:
                 try:
@@ -64,7 +71,7 @@ def attack(address_file: Path, done: threading.Event, sent: dict) -> None:
                 except zmq.Again:
                     pass
         done.wait(0.01)
-    for sock in (anonymous, foreign, idle_worker, squatter):
+    for sock in socks:
         sock.close(linger=0)
     ctx.term()
 
