@@ -72,7 +72,7 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
         if probe is not None:
             steps = probe.run(ctx, batches, tracer, iteration, repeat)
             probe_iter_s += steps
-            probe_s.append(_mean_over_ranks(sum(steps) / len(steps), ctx))
+            probe_s.append(sum(steps) / len(steps))
         last = time.perf_counter()
         for i in range(p.warmup_iters):
             one()
@@ -113,7 +113,8 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
         "host_cores": hostcpu.cores(),
         "host_busy_cores": busy_cores,
         "thread_cpu_ms_per_iter": thread_ms,
-        **({"compute_probe_s": probe_s, "compute_probe_iter_s": probe_iter_s} if probe is not None else {}),
+        **({"compute_probe_s": [t / ctx.world for t in _over_ranks(probe_s, ctx, dist.ReduceOp.SUM)],
+            "compute_probe_iter_s": probe_iter_s} if probe is not None else {}),
         **numerics(ctx.device),
     }
 
@@ -142,15 +143,6 @@ class _Probe:
         tracer.complete("compute probe", "probe", t0_us, tracer.now_us(),
                         {"iter": iteration, "iters": self.iters, "repeat": repeat})
         return [b - a for a, b in zip(stamps, stamps[1:])]
-
-
-def _mean_over_ranks(value: float, ctx) -> float:
-    """The workers' mean of `value`: one collective."""
-    if ctx.world == 1:
-        return value
-    t = torch.tensor([value], dtype=torch.float64, device=ctx.device)
-    dist.all_reduce(t, op=dist.ReduceOp.SUM, group=ctx.group)
-    return t.item() / ctx.world
 
 
 def _tick(progress, heartbeat, repeat: int, i: int, since: float) -> float:
@@ -198,10 +190,15 @@ def step(model, workload, sync, opt, batch, iteration: int, tracer) -> None:
 
 def _slowest_rank(times: list[float], ctx) -> list[float]:
     """Element-wise maximum over the workers: one collective, after the block."""
+    return _over_ranks(times, ctx, dist.ReduceOp.MAX)
+
+
+def _over_ranks(values: list[float], ctx, op) -> list[float]:
+    """`values` reduced element-wise over the workers by `op`: one collective."""
     if ctx.world == 1:
-        return times
-    t = torch.tensor(times, dtype=torch.float64, device=ctx.device)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=ctx.group)
+        return values
+    t = torch.tensor(values, dtype=torch.float64, device=ctx.device)
+    dist.all_reduce(t, op=op, group=ctx.group)
     return t.cpu().tolist()
 
 
