@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from ddlbench import record
+from ddlbench import hostcpu, record
 from ddlbench.commbench.backends import BACKENDS, mpiexec, why_unavailable
 from ddlbench.commbench.collectives import COLLECTIVES, DTYPES
 from ddlbench.commbench.modes import FUSION_PACE_S
@@ -87,6 +87,11 @@ def parse(argv) -> argparse.Namespace:
                     help="run each job across hosts of an emulated cluster (one worker per host, links shaped "
                          "to this tc rate, e.g. 1gbit; root), as from several nodes; the network config is "
                          "then emulated-LINK")
+    ap.add_argument("--gloo-loop-policy", default="auto",
+                    help="scheduling policy of Gloo's socket loop threads in the ranks: idle or none; auto "
+                         "(default): idle where the ranks share this machine's cores (on this host, or --link), "
+                         "where their spinning would hold up the threads they wait for (ddlbench/hostcpu.py), "
+                         "none with --slurm")
     ap.add_argument("--slurm", action="store_true",
                     help="run every measurement in one Slurm job, one rank per node, as from your own nodes; "
                          "the network config is then slurm-PARTITION (results must be on a filesystem the nodes share)")
@@ -115,6 +120,13 @@ def parse(argv) -> argparse.Namespace:
         raise BadInput(f"fusion-pace-ms={a.fusion_pace_ms:g} is invalid; accepted: 0 <= ms < 1000 (0: no paced round)")
     if not a.timeout > 0:
         raise BadInput(f"timeout={a.timeout:g} is invalid; accepted: seconds > 0")
+    if a.gloo_loop_policy == "auto":
+        a.gloo_loop_policy = None if a.slurm else "idle"
+    elif a.gloo_loop_policy == "none":
+        a.gloo_loop_policy = None
+    elif a.gloo_loop_policy not in hostcpu.GLOO_LOOP_POLICIES:
+        raise BadInput(f"gloo-loop-policy={a.gloo_loop_policy!r} is invalid; accepted: "
+                       f"{', '.join(hostcpu.GLOO_LOOP_POLICIES)}, none, auto")
     if "fusion" in a.modes:
         from ddlbench.config import choices
 
@@ -259,6 +271,8 @@ def launch(backend: str, device: str, workers: int, spec: dict, timeout: float, 
                 "torch_backend": backend}
         Path(f"{tmp}/spec.json").write_text(json.dumps(spec))
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        if spec.get("gloo_loop_policy") is not None:
+            env[hostcpu.GLOO_LOOP_POLICY_ENV] = spec["gloo_loop_policy"]
         target = ["-m", "ddlbench.commbench.worker", f"{tmp}/spec.json"]
         procs = procs_of(spec["mode"], workers)
         log = Path(tmp) / "stderr.log"  # the ranks' stderr: its tail goes into a failed job's error
@@ -431,7 +445,7 @@ def main(argv=None) -> int:
             "factor": a.factor, "iters": a.iters, "warmup": a.warmup, "seconds_per_size": a.seconds_per_size,
             "group_bytes": a.group_bytes,
             "fusion_models": a.fusion_models.split(","), "fusion_iters": a.fusion_iters, "fusion_warmup": 2,
-            "fusion_pace_s": a.fusion_pace_ms / 1e3}
+            "fusion_pace_s": a.fusion_pace_ms / 1e3, "gloo_loop_policy": a.gloo_loop_policy}
     from ddlbench.commbench.slurm import StillRunning
 
     from ddlbench.launch.local import signal_of, terminations

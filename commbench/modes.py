@@ -67,6 +67,7 @@ def groups(be, spec, emit) -> None:
         pg = dist.new_group([2 * g, 2 * g + 1])
         if be.rank in (2 * g, 2 * g + 1):
             mine = pg
+    hostcpu.settle_gloo_loops()  # each new group's Gloo loop thread, as the runs have theirs
     x = torch.randn(max(1, spec["group_bytes"] // 4), device=be.device)
     times = []
     be.barrier()
@@ -128,6 +129,7 @@ def fusion(be, spec, emit) -> None:
     # ByteScheduler's order: its leader's choices go over a Gloo group of their own (the runtime's
     # control group, on the CPU whatever the device)
     control = dist.new_group(backend="gloo") if be.n > 1 else None
+    hostcpu.settle_gloo_loops()
     for model in spec["fusion_models"]:
         numels = gradient_numels(model)
         grads = [torch.ones(n, device=be.device) for n in numels]
@@ -215,6 +217,7 @@ def ps(be, spec, emit) -> None:
 
     W = be.n - 1  # the last rank serves
     workers = dist.new_group(list(range(W)))
+    hostcpu.settle_gloo_loops()
     layout = ps_node.per_gpu(W, 1, comm_timeout_s=60)  # every worker pushes, one machine each
     if be.rank == W:
         ps_zmq.serve(be.rank, layout, NullTracer())
@@ -223,6 +226,7 @@ def ps(be, spec, emit) -> None:
     if spec.get("one_host") and W >= 2:
         # every rank builds the node's groups (dist.new_group), the server too
         node = ps_node.setup({"ps_topology": "per-machine"}, W, 1, W, 60, 600, None)
+        hostcpu.settle_gloo_loops()
         if be.rank == W:
             ps_zmq.serve(be.rank, node, NullTracer())
         else:

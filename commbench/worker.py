@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from ddlbench import metrics
+from ddlbench import hostcpu, metrics
 from ddlbench.commbench.collectives import COLLECTIVES, DTYPES, result_of
 
 
@@ -96,6 +96,7 @@ class Torch:
             torch.cuda.set_device(local)
         self.device = torch.device("cuda", local) if spec["device"] == "cuda" else torch.device("cpu")
         dist.init_process_group(spec["torch_backend"])
+        hostcpu.settle_gloo_loops()  # where commbench's launch asks (ranks sharing this machine's cores)
 
     def sync(self):
         if self.device.type == "cuda":

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from ddlbench import hostcpu
+
 GROUPS = ("method", "model", "profile", "engine", "launcher", "experiment")
 DEVICES = ("auto", "cpu", "cuda")
 BACKENDS = ("auto", "gloo", "nccl", "mpi")
@@ -248,6 +250,10 @@ def resolve(cfg: DictConfig) -> DictConfig:
             _int(cfg, "launcher.threads_per_worker", 1)
         if "max_workers_per_cpu" in cfg.launcher:
             _int(cfg, "launcher.max_workers_per_cpu", 1)
+        policy = cfg.launcher.get("gloo_loop_policy")
+        if policy is not None and policy not in hostcpu.GLOO_LOOP_POLICIES:
+            raise ConfigError(f"launcher.gloo_loop_policy={policy!r} is invalid; accepted: "
+                              f"{', '.join(hostcpu.GLOO_LOOP_POLICIES)}, null (left alone)")
         for key in SWITCHES:
             _switch(cfg, key)
         _number(cfg, "optimizer.lr", 0)

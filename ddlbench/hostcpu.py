@@ -57,3 +57,56 @@ def per_iteration_ms(before: dict[str, float], after: dict[str, float], iteratio
     first, names under 0.05 ms left out (threads that started in between count from zero)."""
     ms = {name: 1e3 * (after[name] - before.get(name, 0.0)) / iterations for name in after}
     return {name: round(v, 2) for name, v in sorted(ms.items(), key=lambda kv: -kv[1]) if v >= 0.05}
+
+
+
+# Gloo's TCP transport serves its sockets from one loop thread per device (`gloo_tcp_loop`), on a
+# level-triggered epoll. When a socket is readable while another thread holds its pair's lock (a
+# Gloo worker thread sending on that pair), the loop skips the event and asks epoll again at once
+# (gloo/transport/tcp/pair.cc, Pair::handleEvents: try_to_lock, "skip handling the events until the
+# next tick"): it spins. On a real host a spare core absorbs that. Where every host of a run shares
+# this machine's few cores (local runs, the emulated cluster, commbench on them), the spinning loops
+# hold the cores that the lock's holder needs, and it waits for the scheduler's next tick (4 ms at
+# HZ=250): on this 2-core VM a 2-worker all-reduce of 4 KB took 0.3 ms at the median and 4 ms at
+# p90, 29 of them at once 35 ms. Under SCHED_IDLE the loop threads yield those cores to any other
+# thread that wakes (benchmarks/gloo_loop_spin.py measures it).
+GLOO_LOOP_POLICY_ENV = "DDLBENCH_GLOO_LOOP_POLICY"
+GLOO_LOOP_THREAD = "gloo_tcp_loop"
+GLOO_LOOP_POLICIES = ("idle",)  # Linux's SCHED_IDLE; what the launchers on shared cores set (conf/launcher)
+
+
+def gloo_loop_policy(environ=None) -> str | None:
+    """The scheduling policy the launcher asks for Gloo's loop threads (`GLOO_LOOP_POLICY_ENV`:
+    `idle`, which any thread may choose for itself), or None where it asks for none."""
+    environ = os.environ if environ is None else environ
+    value = environ.get(GLOO_LOOP_POLICY_ENV, "").strip()
+    if value in ("", "none"):
+        return None
+    if value not in GLOO_LOOP_POLICIES:
+        raise ValueError(f"{GLOO_LOOP_POLICY_ENV}={value!r} is invalid; accepted: {', '.join(GLOO_LOOP_POLICIES)}, none")
+    return value
+
+
+def settle_gloo_loops(environ=None) -> dict | None:
+    """Put every `gloo_tcp_loop` thread of this process under the policy the launcher asks for
+    (`gloo_loop_policy`); call it once the process groups exist (each group's device has a loop
+    thread of its own). Returns {"policy": ..., "threads": how many loop threads are under it},
+    for the run's record, or None where none is asked for (or there is no /proc)."""
+    policy = gloo_loop_policy(environ)
+    if policy is None or not hasattr(os, "SCHED_IDLE"):
+        return None
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    done = 0
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if f.read().strip() != GLOO_LOOP_THREAD:
+                    continue
+            os.sched_setscheduler(int(tid), os.SCHED_IDLE, os.sched_param(0))  # Linux: a tid names one thread
+        except OSError:
+            continue  # ended since the listing
+        done += 1
+    return {"policy": policy, "threads": done}

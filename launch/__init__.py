@@ -20,7 +20,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from ddlbench import metrics, record
+from ddlbench import hostcpu, metrics, record
 from ddlbench.config import threads_per_worker
 
 
@@ -128,10 +128,14 @@ def _prepare(cfg, run_dir: Path) -> None:
 
 
 def run_env(cfg, local_procs: int | None = None) -> dict:
-    """The ranks' environment: OpenMP threads shared out over this host's processes, and the
-    engine's knobs (Horovod's fusion off for the methods)."""
+    """The ranks' environment: OpenMP threads shared out over this host's processes, the
+    policy of Gloo's loop threads where the launcher sets one (`launcher.gloo_loop_policy`), and
+    the engine's knobs (Horovod's fusion off for the methods)."""
     threads = threads_per_worker(cfg, local_procs)
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
+    policy = cfg.launcher.get("gloo_loop_policy")
+    if policy is not None:  # hosts sharing this machine's cores: Gloo's spinning loops yield them (hostcpu)
+        env[hostcpu.GLOO_LOOP_POLICY_ENV] = policy
     if cfg.engine.name == "horovod":
         from ddlbench.engines import horovod_env
 

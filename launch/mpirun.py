@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ddlbench import hostcpu
 from ddlbench.config import ConfigError
 
 
@@ -57,6 +58,8 @@ def command(cfg, run_dir: Path, env: dict, hosts: str | None = None, ssh: str | 
             cmd += ["--mca", "plm_rsh_agent", ssh]
         for key in ("MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS", "PYTHONUNBUFFERED"):
             cmd += ["-x", key]
+        if hostcpu.GLOO_LOOP_POLICY_ENV in env:
+            cmd += ["-x", hostcpu.GLOO_LOOP_POLICY_ENV]
     else:
         if hosts:
             cmd += ["-hosts", hosts]

@@ -79,7 +79,7 @@ def main(run_dir: str) -> None:
 
 def run(run_dir: Path, rank: int, world: int, local_rank: int) -> None:
     """Ranks 0..W-1 are workers; ranks W..W+S-1 are parameter servers (PS methods only)."""
-    from ddlbench import driver, methods, models
+    from ddlbench import driver, hostcpu, methods, models
     from ddlbench.config import workers_per_node
     from ddlbench.trace import NullTracer, Tracer
 
@@ -117,6 +117,9 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> None:
         # PS methods: who pushes, and each machine's groups, made on every rank in one order.
         ps = methods.ps_setup(cfg.method, W, S, workers_per_node(cfg), cfg.comm_timeout_s, cfg.startup_timeout_s,
                               startup) if S else None
+        # Every group exists now, each with its Gloo loop thread: under the launcher's policy where
+        # it asks for one (hosts sharing this machine's cores, hostcpu.settle_gloo_loops).
+        gloo_loops = hostcpu.settle_gloo_loops()
         tracer = Tracer(rank) if cfg.trace else NullTracer()
         result, fp = None, None
         if is_server:
@@ -157,6 +160,7 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> None:
                 "trace": [g[2] for g in gathered] if cfg.trace else None,
                 "server_stats": [g[3] for g in gathered[W:]] or None,
                 "world": world,
+                "gloo_loops": gloo_loops,
             })
         # Tear down only when every rank is done: a rank that closes its Gloo connections
         # while a peer still finishes the last collective makes that peer abort at exit.

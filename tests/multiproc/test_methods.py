@@ -49,6 +49,15 @@ def runs(tmp_path_factory) -> dict:
     return out
 
 
+def test_every_runs_gloo_loop_threads_were_under_sched_idle(runs):
+    """The local launcher's ranks share this machine's cores: each put its Gloo loop threads (one
+    per group: the default one, start-up's, the end's, the control group's...) under SCHED_IDLE
+    (ddlbench/hostcpu.py), and the record says so."""
+    for (model, method), rec in runs.items():
+        assert rec["env"]["DDLBENCH_GLOO_LOOP_POLICY"] == "idle", (model, method)
+        assert rec["gloo_loops"]["policy"] == "idle" and rec["gloo_loops"]["threads"] >= 3, (model, method, rec["gloo_loops"])
+
+
 @pytest.mark.parametrize("model", SETUPS)
 @pytest.mark.parametrize("method", METHODS)
 def test_lossless_same_parameters_as_single_process_sgd(runs, model, method):

@@ -35,6 +35,7 @@ from ddlbench.commbench.cli import BadInput, parse
         (["--fusion-pace-ms", "-1"], ["fusion-pace-ms=-1", "0 <= ms < 1000"]),
         (["--timeout", "-5"], ["timeout=-5", "seconds > 0"]),
         (["--seconds-per-size", "-1"], ["seconds-per-size=-1", "seconds >= 0"]),
+        (["--gloo-loop-policy", "low"], ["gloo-loop-policy='low'", "accepted: idle, none, auto"]),
     ],
 )
 def test_bad_input_is_a_clear_error(args, words):

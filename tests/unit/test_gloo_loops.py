@@ -1,0 +1,95 @@
+"""Gloo's socket loop threads under SCHED_IDLE where ranks share this machine's cores
+(ddlbench/hostcpu.py says why): which threads, when, and what the launchers ask for."""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import torch.distributed as dist
+
+from ddlbench import config, hostcpu
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="thread names and SCHED_IDLE are Linux's")
+
+
+def named_thread(name: str):
+    """A live thread the kernel knows as `name`; returns (its tid, an event that ends it)."""
+    ready, stop, tid = threading.Event(), threading.Event(), []
+
+    def body():
+        ctypes.CDLL(None).prctl(15, ctypes.c_char_p(name.encode()), 0, 0, 0)  # PR_SET_NAME
+        tid.append(threading.get_native_id())
+        ready.set()
+        stop.wait(30)
+
+    threading.Thread(target=body, daemon=True).start()
+    ready.wait(10)
+    return tid[0], stop
+
+
+def test_only_gloos_loop_threads_go_under_sched_idle():
+    loop, stop_loop = named_thread(hostcpu.GLOO_LOOP_THREAD)
+    other, stop_other = named_thread("gloo_tcp_lo0p")
+    try:
+        assert hostcpu.settle_gloo_loops({}) is None  # asked for nothing: nothing changes
+        assert os.sched_getscheduler(loop) == os.SCHED_OTHER
+        got = hostcpu.settle_gloo_loops({hostcpu.GLOO_LOOP_POLICY_ENV: "idle"})
+        assert got == {"policy": "idle", "threads": 1}
+        assert os.sched_getscheduler(loop) == os.SCHED_IDLE
+        assert os.sched_getscheduler(other) == os.SCHED_OTHER
+        assert os.sched_getscheduler(threading.get_native_id()) == os.SCHED_OTHER  # the caller too
+    finally:
+        stop_loop.set()
+        stop_other.set()
+
+
+def test_gloos_own_loop_threads_are_found_by_that_name(tmp_path):
+    """A group's device starts its loop thread: if a torch release renamed it, this fails and the
+    launchers' setting would silently do nothing."""
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
+    try:
+        group = dist.new_group(backend="gloo")
+        names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
+        assert names.count(hostcpu.GLOO_LOOP_THREAD) >= 2, names  # the default group's and the new one's
+        got = hostcpu.settle_gloo_loops({hostcpu.GLOO_LOOP_POLICY_ENV: "idle"})
+        assert got["threads"] == names.count(hostcpu.GLOO_LOOP_THREAD)
+        dist.destroy_process_group(group)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("value", ["fast", "19", "IDLE"])
+def test_a_bad_policy_in_the_environment_is_a_one_line_error(value):
+    with pytest.raises(ValueError) as err:
+        hostcpu.settle_gloo_loops({hostcpu.GLOO_LOOP_POLICY_ENV: value})
+    assert str(err.value) == f"{hostcpu.GLOO_LOOP_POLICY_ENV}={value!r} is invalid; accepted: idle, none"
+
+
+def test_the_launchers_on_shared_cores_ask_for_it_and_slurm_does_not(monkeypatch):
+    from ddlbench.launch import mpirun, run_env
+
+    monkeypatch.delenv(hostcpu.GLOO_LOOP_POLICY_ENV, raising=False)
+    for launcher in ("local", "emulated"):
+        cfg = config.resolve(config._compose(["workers=2", f"launcher={launcher}"]))
+        assert run_env(cfg)[hostcpu.GLOO_LOOP_POLICY_ENV] == "idle"
+    off = config.resolve(config._compose(["workers=2", "launcher.gloo_loop_policy=null"]))
+    assert hostcpu.GLOO_LOOP_POLICY_ENV not in run_env(off)
+    slurm = config.resolve(config._compose(["workers=2", "launcher=slurm", "launcher.partition=p"]))
+    assert hostcpu.GLOO_LOOP_POLICY_ENV not in run_env(slurm, local_procs=1)
+    # Open MPI passes only the variables it is told to: the setting reaches the emulated hosts' ranks
+    cfg = config.resolve(config._compose(["workers=2", "launcher=emulated", "launcher.via=mpirun"]))
+    monkeypatch.setattr(mpirun, "flavour", lambda exe: "openmpi")
+    monkeypatch.setattr(mpirun, "executable", lambda cfg: "mpiexec")
+    env = run_env(cfg)
+    cmd = mpirun.command(cfg, Path("/tmp/x"), env, hosts="h0:1,h1:1")
+    assert ["-x", hostcpu.GLOO_LOOP_POLICY_ENV] == cmd[cmd.index(hostcpu.GLOO_LOOP_POLICY_ENV) - 1:][:2]
+
+
+def test_a_bad_launcher_setting_is_a_one_line_error_before_anything_runs():
+    with pytest.raises(config.ConfigError) as err:
+        config.resolve(config._compose(["workers=2", "launcher.gloo_loop_policy=low"]))
+    assert str(err.value) == "launcher.gloo_loop_policy='low' is invalid; accepted: idle, null (left alone)"
