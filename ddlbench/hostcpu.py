@@ -59,7 +59,6 @@ def per_iteration_ms(before: dict[str, float], after: dict[str, float], iteratio
     return {name: round(v, 2) for name, v in sorted(ms.items(), key=lambda kv: -kv[1]) if v >= 0.05}
 
 
-
 # Gloo's TCP transport serves its sockets from one loop thread per device (`gloo_tcp_loop`), on a
 # level-triggered epoll. When a socket is readable while another thread holds its pair's lock (a
 # Gloo worker thread sending on that pair), the loop skips the event and asks epoll again at once
