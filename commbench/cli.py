@@ -92,6 +92,10 @@ def parse(argv) -> argparse.Namespace:
                          "(default): idle where the ranks share this machine's cores (on this host, or --link), "
                          "where their spinning would hold up the threads they wait for (ddlbench/hostcpu.py), "
                          "none with --slurm")
+    ap.add_argument("--pin-ranks", default="auto",
+                    help="bind each rank to its own core (as mpirun --bind-to core); auto (default): yes where "
+                         "the ranks share this machine's cores (on this host, or --link), as the local and "
+                         "emulated launchers do (ddlbench/hostcpu.py), no with --slurm")
     ap.add_argument("--slurm", action="store_true",
                     help="run every measurement in one Slurm job, one rank per node, as from your own nodes; "
                          "the network config is then slurm-PARTITION (results must be on a filesystem the nodes share)")
@@ -120,6 +124,9 @@ def parse(argv) -> argparse.Namespace:
         raise BadInput(f"fusion-pace-ms={a.fusion_pace_ms:g} is invalid; accepted: 0 <= ms < 1000 (0: no paced round)")
     if not a.timeout > 0:
         raise BadInput(f"timeout={a.timeout:g} is invalid; accepted: seconds > 0")
+    if a.pin_ranks not in ("auto", "yes", "no"):
+        raise BadInput(f"pin-ranks={a.pin_ranks!r} is invalid; accepted: auto, yes, no")
+    a.pin_ranks = not a.slurm if a.pin_ranks == "auto" else a.pin_ranks == "yes"
     if a.gloo_loop_policy == "auto":
         a.gloo_loop_policy = None if a.slurm else "idle"
     elif a.gloo_loop_policy == "none":
@@ -273,6 +280,8 @@ def launch(backend: str, device: str, workers: int, spec: dict, timeout: float, 
         env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
         if spec.get("gloo_loop_policy") is not None:
             env[hostcpu.GLOO_LOOP_POLICY_ENV] = spec["gloo_loop_policy"]
+        if spec.get("pin_ranks"):
+            env[hostcpu.PIN_RANKS_ENV] = "1"
         target = ["-m", "ddlbench.commbench.worker", f"{tmp}/spec.json"]
         procs = procs_of(spec["mode"], workers)
         log = Path(tmp) / "stderr.log"  # the ranks' stderr: its tail goes into a failed job's error
@@ -445,7 +454,8 @@ def main(argv=None) -> int:
             "factor": a.factor, "iters": a.iters, "warmup": a.warmup, "seconds_per_size": a.seconds_per_size,
             "group_bytes": a.group_bytes,
             "fusion_models": a.fusion_models.split(","), "fusion_iters": a.fusion_iters, "fusion_warmup": 2,
-            "fusion_pace_s": a.fusion_pace_ms / 1e3, "gloo_loop_policy": a.gloo_loop_policy}
+            "fusion_pace_s": a.fusion_pace_ms / 1e3, "gloo_loop_policy": a.gloo_loop_policy,
+            "pin_ranks": a.pin_ranks}
     from ddlbench.commbench.slurm import StillRunning
 
     from ddlbench.launch.local import signal_of, terminations

@@ -270,6 +270,9 @@ def main(spec_path: str) -> None:
     from ddlbench.launch.pids import die_with_parent
 
     die_with_parent()  # a killed torchrun (or mpiexec proxy) takes this rank along
+    from ddlbench.launch.worker import rank_env
+
+    hostcpu.pin_rank(rank_env()[0])  # where commbench's launch asks, before any thread starts
     with open(spec_path) as f:
         spec = json.load(f)
     be = {"mpi4py": Mpi4py, "horovod": Horovod}.get(spec["backend"], Torch)(spec)

@@ -193,7 +193,7 @@ def _number(cfg, key: str, low: float, high: float | None = None, low_open: bool
 # The models' sizes (conf/model/): integers >= 1 where a model has them.
 MODEL_SIZES = ("image_size", "num_classes", "width", "seq_len", "hidden_size", "num_hidden_layers",
                "num_attention_heads", "intermediate_size", "vocab_size")
-SWITCHES = ("trace", "save_params", "skip_recorded", "launcher.share_gpu")
+SWITCHES = ("trace", "save_params", "skip_recorded", "launcher.share_gpu", "launcher.pin_ranks")
 
 
 def _check_model(cfg) -> None:

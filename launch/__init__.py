@@ -129,13 +129,16 @@ def _prepare(cfg, run_dir: Path) -> None:
 
 def run_env(cfg, local_procs: int | None = None) -> dict:
     """The ranks' environment: OpenMP threads shared out over this host's processes, the
-    policy of Gloo's loop threads where the launcher sets one (`launcher.gloo_loop_policy`), and
-    the engine's knobs (Horovod's fusion off for the methods)."""
+    policy of Gloo's loop threads and the ranks' binding to cores where the launcher sets them
+    (`launcher.gloo_loop_policy`, `launcher.pin_ranks`), and the engine's knobs (Horovod's fusion
+    off for the methods)."""
     threads = threads_per_worker(cfg, local_procs)
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
     policy = cfg.launcher.get("gloo_loop_policy")
     if policy is not None:  # hosts sharing this machine's cores: Gloo's spinning loops yield them (hostcpu)
         env[hostcpu.GLOO_LOOP_POLICY_ENV] = policy
+    if cfg.launcher.get("pin_ranks"):  # likewise: each rank bound to its own cores (hostcpu.pin_rank)
+        env[hostcpu.PIN_RANKS_ENV] = "1"
     if cfg.engine.name == "horovod":
         from ddlbench.engines import horovod_env
 

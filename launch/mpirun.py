@@ -58,8 +58,9 @@ def command(cfg, run_dir: Path, env: dict, hosts: str | None = None, ssh: str | 
             cmd += ["--mca", "plm_rsh_agent", ssh]
         for key in ("MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS", "PYTHONUNBUFFERED"):
             cmd += ["-x", key]
-        if hostcpu.GLOO_LOOP_POLICY_ENV in env:
-            cmd += ["-x", hostcpu.GLOO_LOOP_POLICY_ENV]
+        for key in (hostcpu.GLOO_LOOP_POLICY_ENV, hostcpu.PIN_RANKS_ENV):
+            if key in env:
+                cmd += ["-x", key]
     else:
         if hosts:
             cmd += ["-hosts", hosts]

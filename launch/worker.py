@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 from omegaconf import OmegaConf
 
+from ddlbench import hostcpu
 from ddlbench.launch import pids
 
 
@@ -55,11 +56,13 @@ def write_json(path: Path, obj) -> None:
 def main(run_dir: str) -> None:
     run_dir = Path(run_dir)
     rank, world, local_rank = rank_env()
+    # ranks sharing this machine's cores: each bound to its own, before any thread starts
+    cores = hostcpu.pin_rank(rank)
     pids.die_with_parent()  # a SIGKILLed torchrun (or mpirun proxy) takes its ranks along
     pids.write(run_dir, rank)
     stacks = stacks_on_sigterm(run_dir / f"stacks-rank{rank}.txt")
     try:
-        run(run_dir, rank, world, local_rank)
+        run(run_dir, rank, world, local_rank, cores)
     except BaseException as exc:  # the launcher reads this to say why the run failed
         write_json(run_dir / f"error-rank{rank}.json", {
             "rank": rank, "time": time.time(), "type": type(exc).__name__,
@@ -77,9 +80,9 @@ def main(run_dir: str) -> None:
     os._exit(0)
 
 
-def run(run_dir: Path, rank: int, world: int, local_rank: int) -> None:
+def run(run_dir: Path, rank: int, world: int, local_rank: int, cores: list[int] | None = None) -> None:
     """Ranks 0..W-1 are workers; ranks W..W+S-1 are parameter servers (PS methods only)."""
-    from ddlbench import driver, hostcpu, methods, models
+    from ddlbench import driver, methods, models
     from ddlbench.config import workers_per_node
     from ddlbench.trace import NullTracer, Tracer
 
@@ -144,7 +147,7 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> None:
             server_stats = None
         gathered = [None] * world
         trace_path = str(tracer.save(run_dir / f"trace-rank{rank}.json")) if cfg.trace else None
-        dist.all_gather_object(gathered, (fp, socket.gethostname(), trace_path, server_stats), group=ending)
+        dist.all_gather_object(gathered, (fp, socket.gethostname(), trace_path, server_stats, cores), group=ending)
         fps = [g[0] for g in gathered[:W]]
         if rank == 0:
             if cfg.save_params:
@@ -161,6 +164,7 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int) -> None:
                 "server_stats": [g[3] for g in gathered[W:]] or None,
                 "world": world,
                 "gloo_loops": gloo_loops,
+                "rank_cores": [g[4] for g in gathered] if cores is not None else None,  # launcher.pin_ranks
             })
         # Tear down only when every rank is done: a rank that closes its Gloo connections
         # while a peer still finishes the last collective makes that peer abort at exit.

@@ -58,6 +58,22 @@ def test_every_runs_gloo_loop_threads_were_under_sched_idle(runs):
         assert rec["gloo_loops"]["policy"] == "idle" and rec["gloo_loops"]["threads"] >= 3, (model, method, rec["gloo_loops"])
 
 
+
+def test_every_rank_ran_on_its_own_cores(runs):
+    """The local launcher binds rank r to its OMP_NUM_THREADS cores in turn (hostcpu.rank_cores),
+    servers after workers, and the record keeps each rank's."""
+    import os
+
+    from ddlbench import hostcpu
+
+    usable = sorted(os.sched_getaffinity(0))
+    for (model, method), rec in runs.items():
+        threads = int(rec["env"]["OMP_NUM_THREADS"])
+        assert rec["env"][hostcpu.PIN_RANKS_ENV] == "1"
+        assert rec["rank_cores"] == [hostcpu.rank_cores(r, threads, usable) for r in range(rec["workers"] + rec["servers"])], \
+            (model, method)
+
+
 @pytest.mark.parametrize("model", SETUPS)
 @pytest.mark.parametrize("method", METHODS)
 def test_lossless_same_parameters_as_single_process_sgd(runs, model, method):

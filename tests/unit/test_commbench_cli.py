@@ -36,6 +36,7 @@ from ddlbench.commbench.cli import BadInput, parse
         (["--timeout", "-5"], ["timeout=-5", "seconds > 0"]),
         (["--seconds-per-size", "-1"], ["seconds-per-size=-1", "seconds >= 0"]),
         (["--gloo-loop-policy", "low"], ["gloo-loop-policy='low'", "accepted: idle, none, auto"]),
+        (["--pin-ranks", "maybe"], ["pin-ranks='maybe'", "accepted: auto, yes, no"]),
     ],
 )
 def test_bad_input_is_a_clear_error(args, words):

@@ -1,5 +1,6 @@
-"""Gloo's socket loop threads under SCHED_IDLE where ranks share this machine's cores
-(ddlbench/hostcpu.py says why): which threads, when, and what the launchers ask for."""
+"""Where ranks share this machine's cores (ddlbench/hostcpu.py says why): Gloo's socket loop
+threads under SCHED_IDLE, and each rank bound to its own cores; which threads and cores, when,
+and what the launchers ask for."""
 from __future__ import annotations
 
 import ctypes
@@ -70,6 +71,7 @@ def test_a_bad_policy_in_the_environment_is_a_one_line_error(value):
 
 
 def test_the_launchers_on_shared_cores_ask_for_it_and_slurm_does_not(monkeypatch):
+    monkeypatch.delenv(hostcpu.PIN_RANKS_ENV, raising=False)
     from ddlbench.launch import mpirun, run_env
 
     monkeypatch.delenv(hostcpu.GLOO_LOOP_POLICY_ENV, raising=False)
@@ -86,10 +88,57 @@ def test_the_launchers_on_shared_cores_ask_for_it_and_slurm_does_not(monkeypatch
     monkeypatch.setattr(mpirun, "executable", lambda cfg: "mpiexec")
     env = run_env(cfg)
     cmd = mpirun.command(cfg, Path("/tmp/x"), env, hosts="h0:1,h1:1")
-    assert ["-x", hostcpu.GLOO_LOOP_POLICY_ENV] == cmd[cmd.index(hostcpu.GLOO_LOOP_POLICY_ENV) - 1:][:2]
+    for key in (hostcpu.GLOO_LOOP_POLICY_ENV, hostcpu.PIN_RANKS_ENV):
+        assert ["-x", key] == cmd[cmd.index(key) - 1:][:2]
 
 
 def test_a_bad_launcher_setting_is_a_one_line_error_before_anything_runs():
     with pytest.raises(config.ConfigError) as err:
         config.resolve(config._compose(["workers=2", "launcher.gloo_loop_policy=low"]))
     assert str(err.value) == "launcher.gloo_loop_policy='low' is invalid; accepted: idle, null (left alone)"
+
+
+# -- each rank bound to its own cores (hostcpu.pin_rank) ------------------------------------------
+@pytest.mark.parametrize("rank, threads, usable, cores", [
+    (0, 1, [0, 1], [0]), (1, 1, [0, 1], [1]),
+    (2, 1, [0, 1], [0]), (3, 1, [0, 1], [1]),      # 4 ranks on 2 cores: two on each
+    (1, 4, list(range(8)), [4, 5, 6, 7]),           # 2 workers of 4 threads on 8 cores
+    (1, 3, [0, 1, 2, 3], [0, 1, 3]),                # wrapping: 3, 0, 1
+    (0, 5, [2, 5], [2, 5]),                         # more threads than cores: all of them
+    (1, 1, [2, 5, 7], [5]),                         # the cores it may use, not 0..n-1
+])
+def test_each_rank_gets_its_threads_cores_in_turn(rank, threads, usable, cores):
+    assert hostcpu.rank_cores(rank, threads, usable) == cores
+
+
+def test_a_pinned_process_and_the_threads_it_starts_run_on_its_cores_only():
+    """Run in a child: binding is for the process's life, and pytest's own must stay free."""
+    import subprocess
+
+    usable = sorted(os.sched_getaffinity(0))
+    code = ("import os, threading; from ddlbench import hostcpu; got = hostcpu.pin_rank(1); out = [];"
+            "t = threading.Thread(target=lambda: out.append(sorted(os.sched_getaffinity(0)))); t.start(); t.join();"
+            "print(got, sorted(os.sched_getaffinity(0)), out[0])")
+    env = dict(os.environ, **{hostcpu.PIN_RANKS_ENV: "1", "OMP_NUM_THREADS": "1"})
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    want = [usable[1 % len(usable)]]
+    assert out.strip() == f"{want} {want} {want}"  # what pin_rank said, the process, a thread it started
+    env[hostcpu.PIN_RANKS_ENV] = "0"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == f"None {usable} {usable}"
+    with pytest.raises(ValueError, match=f"{hostcpu.PIN_RANKS_ENV}='yes' is invalid; accepted: 1, 0"):
+        hostcpu.pin_rank(0, {hostcpu.PIN_RANKS_ENV: "yes"})
+
+
+def test_the_launchers_on_shared_cores_pin_their_ranks_and_slurm_does_not(monkeypatch):
+    from ddlbench.launch import run_env
+
+    monkeypatch.delenv(hostcpu.PIN_RANKS_ENV, raising=False)
+    for launcher in ("local", "emulated"):
+        assert run_env(config.resolve(config._compose(["workers=2", f"launcher={launcher}"])))[hostcpu.PIN_RANKS_ENV] == "1"
+    off = config.resolve(config._compose(["workers=2", "launcher.pin_ranks=false"]))
+    assert hostcpu.PIN_RANKS_ENV not in run_env(off)
+    slurm = config.resolve(config._compose(["workers=2", "launcher=slurm", "launcher.partition=p"]))
+    assert hostcpu.PIN_RANKS_ENV not in run_env(slurm, local_procs=1)
+    with pytest.raises(config.ConfigError, match="launcher.pin_ranks='often' is invalid; accepted: true, false"):
+        config.resolve(config._compose(["workers=2", "launcher.pin_ranks=often"]))
