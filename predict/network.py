@@ -683,11 +683,14 @@ def _lane_speed(spec, name: str) -> dict:
 
 
 # -- the user's own network, from commbench ------------------------------------------------------
+METHOD_BACKENDS = ("gloo", "nccl")  # what the methods' runs all-reduce with (torch.distributed)
+
+
 def commbench_network(rows: list[dict], name: str, source: str, backend: str | None = None,
                       shared_cores: bool = True) -> dict:
     """A network config (as written to conf/network/<name>.yaml) fitted from commbench's records:
-    the 2-worker fp32 all-reduce of the `sizes` mode, one backend (`backend`, else the one with
-    the most sizes), the median over repeated records of each size's mean time (a method pays
+    the 2-worker fp32 all-reduce of the `sizes` mode, one backend (`backend`, else the methods'
+    own where timed, `METHOD_BACKENDS`, then the one with the most sizes), the median over repeated records of each size's mean time (a method pays
     every all-reduce of its stream, the slow tail a shared machine gives included: two emulated
     hosts here took 0.4-0.8 ms at the median and 0.9-2.2 ms on average for the same small
     all-reduce, and a burst of 29 of them, as WFBP sends, 1.1-2.4 ms each); t = a + b n
@@ -703,7 +706,11 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
     its PS bursts give `host_cpu`; across a Slurm job's nodes they did not, and no `host_cpu` is
     written."""
     usable = _collective_rows(rows, 2)
-    backends = sorted({r.get("backend") for r in usable}, key=lambda b: -sum(r.get("backend") == b for r in usable))
+    # the methods' own backends first (a run's all-reduces are torch.distributed's, Gloo or NCCL:
+    # mpi4py's shared-memory all-reduce on one machine is 40x faster than Gloo's at 16 B), then
+    # the most sizes, then the name: a tie was the order of a set, which differs per process
+    backends = sorted({r.get("backend") for r in usable},
+                      key=lambda b: (b not in METHOD_BACKENDS, -sum(r.get("backend") == b for r in usable), str(b)))
     if backend is None and backends:
         backend = backends[0]
     usable = [r for r in usable if r.get("backend") == backend]

@@ -191,6 +191,22 @@ def test_commbench_fit_writes_a_network_the_predictor_loads(tmp_path):
     assert c.gpus_per_node == 1 and c.nodes(4) == (4, 1)
 
 
+@pytest.mark.parametrize("first", ["mpi4py", "gloo"])
+def test_the_fit_is_the_methods_backends_where_it_timed_them_however_the_rows_come(first):
+    """make commbench times Gloo and mpi4py alike on a CPU machine (as many sizes each); a run's
+    all-reduces are Gloo's, and mpi4py's shared memory is far faster on one machine. The tie
+    used to go to whichever a set listed first, which differs from one process to the next."""
+    gloo = commbench_rows()[:4]
+    mpi = [{**r, "backend": "mpi4py", "time_us": r["time_us"] / 40} for r in gloo]
+    rows = mpi + gloo if first == "mpi4py" else gloo + mpi
+    spec = network.commbench_network(rows, "local-box", "test data")
+    assert spec["description"].startswith("measured by make commbench: gloo on cpu")
+    assert spec["inter"]["allreduce"]["alpha_s"] == pytest.approx(1e-4)
+    # where only another backend was timed, that one
+    only = network.commbench_network(mpi, "local-box", "test data")
+    assert only["description"].startswith("measured by make commbench: mpi4py on cpu")
+
+
 def test_commbench_times_more_workers_and_their_runs_are_predicted_with_it(tmp_path):
     """Four processes on a 2-core machine took 6-12 ms for a 1 KiB Gloo all-reduce, two 0.6-0.9
     ms: the 2-rank fit's links cannot extrapolate that. Where make commbench measured a worker
