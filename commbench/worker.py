@@ -272,7 +272,7 @@ def main(spec_path: str) -> None:
     die_with_parent()  # a killed torchrun (or mpiexec proxy) takes this rank along
     from ddlbench.launch.worker import rank_env
 
-    hostcpu.pin_rank(rank_env()[0])  # where commbench's launch asks, before any thread starts
+    hostcpu.pin_rank(*rank_env()[:2])  # where commbench's launch asks, before any thread starts
     with open(spec_path) as f:
         spec = json.load(f)
     be = {"mpi4py": Mpi4py, "horovod": Horovod}.get(spec["backend"], Torch)(spec)

@@ -117,7 +117,10 @@ def settle_gloo_loops(environ=None) -> dict | None:
 # not pull it (it is cache-hot): on this 2-core VM 2-worker BSP-A2A runs of tiny-resnet gave
 # 1086-1217 samples/s (std 80-176), against 1389-1398 (std 2-56) with each rank bound to its own
 # core. Launchers on one machine therefore bind each rank to its cores, as mpirun --bind-to core
-# and Slurm's task affinity do on a cluster (`launcher.pin_ranks`, commbench's --pin-ranks).
+# and Slurm's task affinity do on a cluster (`launcher.pin_ranks`, commbench's --pin-ranks); and
+# as Open MPI does, not where the ranks' threads outnumber the cores: two ranks bound to one core
+# cannot use the other when one of them waits, and ByteScheduler-PS at 2 workers and a server on
+# 2 cores fell from 286-295 to 233 samples/s bound.
 PIN_RANKS_ENV = "DDLBENCH_PIN_RANKS"
 
 
@@ -129,10 +132,11 @@ def rank_cores(rank: int, threads: int, usable: list[int]) -> list[int]:
     return sorted({usable[(rank * threads + k) % n] for k in range(min(threads, n))})
 
 
-def pin_rank(rank: int, environ=None) -> list[int] | None:
+def pin_rank(rank: int, ranks: int, environ=None) -> list[int] | None:
     """Bind this process (call it before it starts threads: they inherit the binding) to
     `rank_cores` of the cores it may use, its OMP_NUM_THREADS of them, where the launcher asks
-    (`PIN_RANKS_ENV`=1). Returns the cores, or None where not asked (or not on Linux)."""
+    (`PIN_RANKS_ENV`=1) and the `ranks` of this machine have a core for each of their threads.
+    Returns the cores, or None where it did not bind (or not on Linux)."""
     environ = os.environ if environ is None else environ
     value = environ.get(PIN_RANKS_ENV, "").strip()
     if value in ("", "0"):
@@ -141,6 +145,10 @@ def pin_rank(rank: int, environ=None) -> list[int] | None:
         raise ValueError(f"{PIN_RANKS_ENV}={value!r} is invalid; accepted: 1, 0")
     if not hasattr(os, "sched_setaffinity"):
         return None
-    cores = rank_cores(rank, max(1, int(environ.get("OMP_NUM_THREADS", "1") or 1)), sorted(os.sched_getaffinity(0)))
+    threads = max(1, int(environ.get("OMP_NUM_THREADS", "1") or 1))
+    usable = sorted(os.sched_getaffinity(0))
+    if ranks * threads > len(usable):
+        return None  # oversubscribed: the scheduler spreads the ranks better than a fixed binding
+    cores = rank_cores(rank, threads, usable)
     os.sched_setaffinity(0, cores)
     return cores

@@ -57,7 +57,7 @@ def main(run_dir: str) -> None:
     run_dir = Path(run_dir)
     rank, world, local_rank = rank_env()
     # ranks sharing this machine's cores: each bound to its own, before any thread starts
-    cores = hostcpu.pin_rank(rank)
+    cores = hostcpu.pin_rank(rank, world)
     pids.die_with_parent()  # a SIGKILLed torchrun (or mpirun proxy) takes its ranks along
     pids.write(run_dir, rank)
     stacks = stacks_on_sigterm(run_dir / f"stacks-rank{rank}.txt")

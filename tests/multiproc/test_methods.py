@@ -59,19 +59,23 @@ def test_every_runs_gloo_loop_threads_were_under_sched_idle(runs):
 
 
 
-def test_every_rank_ran_on_its_own_cores(runs):
+def test_every_rank_ran_on_its_own_cores_where_there_were_enough(runs):
     """The local launcher binds rank r to its OMP_NUM_THREADS cores in turn (hostcpu.rank_cores),
-    servers after workers, and the record keeps each rank's."""
+    servers after workers, where every rank's threads have a core (else none is bound), and the
+    record keeps each rank's."""
     import os
 
     from ddlbench import hostcpu
 
     usable = sorted(os.sched_getaffinity(0))
+    bound = 0
     for (model, method), rec in runs.items():
-        threads = int(rec["env"]["OMP_NUM_THREADS"])
+        threads, ranks = int(rec["env"]["OMP_NUM_THREADS"]), rec["workers"] + rec["servers"]
         assert rec["env"][hostcpu.PIN_RANKS_ENV] == "1"
-        assert rec["rank_cores"] == [hostcpu.rank_cores(r, threads, usable) for r in range(rec["workers"] + rec["servers"])], \
-            (model, method)
+        want = [hostcpu.rank_cores(r, threads, usable) for r in range(ranks)] if ranks * threads <= len(usable) else None
+        assert rec["rank_cores"] == want, (model, method)
+        bound += want is not None
+    assert bound or len(usable) < 2, "no run here had a core per rank: nothing showed the binding"
 
 
 @pytest.mark.parametrize("model", SETUPS)

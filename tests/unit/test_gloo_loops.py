@@ -116,18 +116,20 @@ def test_a_pinned_process_and_the_threads_it_starts_run_on_its_cores_only():
     import subprocess
 
     usable = sorted(os.sched_getaffinity(0))
-    code = ("import os, threading; from ddlbench import hostcpu; got = hostcpu.pin_rank(1); out = [];"
+    code = ("import os, sys, threading; from ddlbench import hostcpu; got = hostcpu.pin_rank(1, int(sys.argv[1])); out = [];"
             "t = threading.Thread(target=lambda: out.append(sorted(os.sched_getaffinity(0)))); t.start(); t.join();"
             "print(got, sorted(os.sched_getaffinity(0)), out[0])")
-    env = dict(os.environ, **{hostcpu.PIN_RANKS_ENV: "1", "OMP_NUM_THREADS": "1"})
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    def child(ranks: int, pin: str) -> str:
+        env = dict(os.environ, **{hostcpu.PIN_RANKS_ENV: pin, "OMP_NUM_THREADS": "1"})
+        return subprocess.run([sys.executable, "-c", code, str(ranks)], env=env, capture_output=True, text=True,
+                              check=True).stdout.strip()
+
     want = [usable[1 % len(usable)]]
-    assert out.strip() == f"{want} {want} {want}"  # what pin_rank said, the process, a thread it started
-    env[hostcpu.PIN_RANKS_ENV] = "0"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert out.strip() == f"None {usable} {usable}"
+    assert child(2 if len(usable) >= 2 else 1, "1") == f"{want} {want} {want}"  # what it said, the process, a thread
+    assert child(2, "0") == f"None {usable} {usable}"
+    assert child(len(usable) + 1, "1") == f"None {usable} {usable}"  # more ranks than cores: left to the scheduler
     with pytest.raises(ValueError, match=f"{hostcpu.PIN_RANKS_ENV}='yes' is invalid; accepted: 1, 0"):
-        hostcpu.pin_rank(0, {hostcpu.PIN_RANKS_ENV: "yes"})
+        hostcpu.pin_rank(0, 2, {hostcpu.PIN_RANKS_ENV: "yes"})
 
 
 def test_the_launchers_on_shared_cores_pin_their_ranks_and_slurm_does_not(monkeypatch):
