@@ -55,7 +55,9 @@ def test_gloos_own_loop_threads_are_found_by_that_name(tmp_path):
     try:
         group = dist.new_group(backend="gloo")
         names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
-        assert names.count(hostcpu.GLOO_LOOP_THREAD) >= 2, names  # the default group's and the new one's
+        # at least one (a group may share a device, and its loop, with one made before it in this
+        # process: under pytest-xdist a worker that had run other Gloo tests showed one for two groups)
+        assert names.count(hostcpu.GLOO_LOOP_THREAD) >= 1, names
         got = hostcpu.settle_gloo_loops({hostcpu.GLOO_LOOP_POLICY_ENV: "idle"})
         assert got["threads"] == names.count(hostcpu.GLOO_LOOP_THREAD)
         dist.destroy_process_group(group)
