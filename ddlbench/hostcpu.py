@@ -4,6 +4,7 @@ there (commbench's ps bursts, predict.network.HostCpu)."""
 from __future__ import annotations
 
 import os
+import time
 
 
 def busy_s() -> float | None:
@@ -72,6 +73,7 @@ def per_iteration_ms(before: dict[str, float], after: dict[str, float], iteratio
 GLOO_LOOP_POLICY_ENV = "DDLBENCH_GLOO_LOOP_POLICY"
 GLOO_LOOP_THREAD = "gloo_tcp_loop"
 GLOO_LOOP_POLICIES = ("idle",)  # Linux's SCHED_IDLE; what the launchers on shared cores set (conf/launcher)
+LOOP_NAMING_GRACE_S = 0.05  # a group made just before: its loop thread was still "python" in 1 of ~10 tries
 
 
 def gloo_loop_policy(environ=None) -> str | None:
@@ -94,6 +96,7 @@ def settle_gloo_loops(environ=None) -> dict | None:
     policy = gloo_loop_policy(environ)
     if policy is None or not hasattr(os, "SCHED_IDLE"):
         return None
+    time.sleep(LOOP_NAMING_GRACE_S)  # a loop thread names itself as it starts: one just started may not have yet
     try:
         tids = os.listdir("/proc/self/task")
     except OSError:
