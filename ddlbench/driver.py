@@ -64,7 +64,7 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
 
     def one() -> None:
         nonlocal iteration
-        torch.manual_seed(data.stream_seed(ctx.seed, ctx.rank, iteration))  # dropout, reproducibly
+        data.seed_dropout(ctx.seed, ctx.rank, iteration, ctx.device)  # dropout, reproducibly
         step(model, workload, sync, opt, batches[data.batch_index(iteration, p.distinct_batches)], iteration, tracer)
         iteration += 1
 

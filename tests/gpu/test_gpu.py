@@ -168,3 +168,19 @@ def test_mgwfbp_profiles_backward_with_cuda_events_not_launch_times(tmp_path):
             times.append(start.elapsed_time(end) / 1e3)
     backward_s = statistics.median(times)
     assert 0.7 * backward_s <= sum(rec["tb_s"]) <= 1.3 * backward_s, (sum(rec["tb_s"]), backward_s)
+
+
+def test_seeding_dropout_on_a_gpu_draws_as_torch_manual_seed_does():
+    """data.seed_dropout seeds the run's GPU's generator as torch.manual_seed would: the same
+    dropout masks on that device."""
+    from ddlbench.models.data import seed_dropout, stream_seed
+
+    device = torch.device("cuda", 0)
+    ones = torch.ones(4096, device=device)
+    torch.manual_seed(stream_seed(3, 1, 7))
+    want = torch.nn.functional.dropout(ones, 0.5)
+    torch.manual_seed(0)
+    seed_dropout(3, 1, 7, device)
+    assert torch.equal(torch.nn.functional.dropout(ones, 0.5), want)
+    seed_dropout(3, 1, 8, device)
+    assert not torch.equal(torch.nn.functional.dropout(ones, 0.5), want)
