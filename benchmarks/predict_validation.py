@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -31,7 +32,8 @@ from pathlib import Path
 from ddlbench.analysis import reference
 from ddlbench.analysis.records import load, workers_per_node
 from ddlbench.analysis.tables import markdown
-from ddlbench.predict import cli, network, simulate
+from ddlbench import hostcpu
+from ddlbench.predict import cli, network, profile, simulate
 
 STUDY_METHODS = tuple(m for m in simulate.METHODS if m != "ddp")
 BERT_LARGE_4GPU_ALLREDUCE_S = 0.441  # the study's text: "each iteration requires 441ms of communication time"
@@ -133,6 +135,28 @@ def run_threads(rec: dict) -> int:
 
     t = (rec.get("env") or {}).get("OMP_NUM_THREADS")
     return int(t) if t else threads_for(rec["workers"] + (rec.get("servers") or 0))
+
+
+@functools.lru_cache(maxsize=None)
+def _copy_at(threads: int) -> tuple[float, float, str]:
+    return profile.measure_copy("cpu", threads)
+
+
+def with_run_copy(prof, rec: dict):
+    """`prof` with the copies of a fused message (pack, unpack) as the run's workers made them:
+    on the CPU, measured now at the run's threads (profile.measure_copy, one worker alone), as
+    many times as long as the run's workers outnumber the cores they share (W x threads /
+    cores: each gets that share of a core, as its compute does); elsewhere (a GPU, or a record
+    that names no device) the profile's own."""
+    if rec.get("device") != "cpu":
+        return prof
+    threads = run_threads(rec)
+    tensor_s, bps, source = _copy_at(threads)
+    cores = rec.get("host_cores") or hostcpu.cores()
+    share = max(1.0, rec["workers"] * threads / cores)
+    return prof.with_copy(tensor_s * share, bps / share,
+                          source + (f", x {share:g} for {rec['workers']} workers at {threads} threads on {cores} cores"
+                                    if share > 1 else ""))
 
 
 def one_worker_samples_per_sec(recs: list[dict]) -> float:
@@ -377,7 +401,7 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
         for name, (one, u, cpu, spread) in calibrations.items():
             opts = replace(stack_opts, bytescheduler_unit_s=u, bytescheduler_cpu_s=cpu, mgwfbp_alpha_beta=resolved)
             # the iterations' spread measured with the same compute: what W workers wait for
-            prof = replace(cli.load_profile(r["model"], r["local_batch"], one), iteration_s=list(spread))
+            prof = with_run_copy(replace(cli.load_profile(r["model"], r["local_batch"], one), iteration_s=list(spread)), r)
             p, prof, cluster = cli.predict(r["model"], [r["workers"]], placed, (r["method"],), r["local_batch"], one,
                                            opts, explain=False, prof=prof)
             pair[name] = (p[(r["method"], r["workers"])].samples_per_sec, r["samples_per_sec"])

@@ -88,11 +88,7 @@ class GroupedSync(GradSync):
         members = self.groups[g]
         buf = self._buffers[g]
         grads = [self._grad(i) for i in members]
-        if buf is None:
-            flat = grads[0].view(-1)
-        else:
-            torch.cat([t.reshape(-1) for t in grads], out=buf)
-            flat = buf
+        flat = grads[0].view(-1) if buf is None else pack(grads, buf)
         names = [self.named[i][0] for i in members]
         self._handles[g] = self.transport.reduce_async(flat, iteration=self.iteration, tensors=names, group=g)
 
@@ -112,11 +108,7 @@ class GroupedSync(GradSync):
             self._handles[g].wait()
             buf = self._buffers[g]
             if buf is not None:
-                offset = 0
-                for i in self.groups[g]:
-                    grad = self.named[i][1].grad
-                    grad.copy_(buf[offset : offset + grad.numel()].view_as(grad))
-                    offset += grad.numel()
+                unpack(buf, [self.named[i][1].grad for i in self.groups[g]])
         self._handles.clear()
         self._pending = [len(m) for m in self.groups]
 
@@ -125,6 +117,20 @@ class GroupedSync(GradSync):
 
     def describe(self) -> dict:
         return {"groups": self.group_bytes()}
+
+
+def pack(tensors: list[torch.Tensor], buf: torch.Tensor) -> torch.Tensor:
+    """A fused message: `tensors` one after another in the flat `buf` (one torch.cat)."""
+    torch.cat([t.reshape(-1) for t in tensors], out=buf)
+    return buf
+
+
+def unpack(buf: torch.Tensor, tensors: list[torch.Tensor]) -> None:
+    """The reduced message back into its `tensors` (a copy per tensor)."""
+    offset = 0
+    for t in tensors:
+        t.copy_(buf[offset : offset + t.numel()].view_as(t))
+        offset += t.numel()
 
 
 def broadcast_parameters(params, ctx) -> None:

@@ -68,6 +68,13 @@ class Profile:
                                # iterations over the window, as measured (their mean is compute_s);
                                # their spread is what W synchronised workers wait for (sync_factor);
                                # empty in the roofline's
+    # packing a fused message's tensors into one buffer, or unpacking it (methods.grouped: one
+    # torch.cat, then a copy_ per tensor), each `copy_tensor_s` per tensor and a read and a write
+    # of its bytes at `copy_Bps`: the GPU's memory bandwidth by default (the roofline's device);
+    # on the CPU, measured (`measure_copy`), where the runtime's per-tensor calls cost the most
+    copy_tensor_s: float = 0.0
+    copy_Bps: float = GPU_MEM_BPS
+    copy_source: str = "the GPU's memory bandwidth (NVIDIA specification), no per-tensor cost"
 
     @property
     def compute_s(self) -> float:
@@ -103,6 +110,17 @@ class Profile:
         return replace(self, ready_s=[t * k for t in self.ready_s], need_s=[t * k for t in self.need_s],
                        forward_s=self.forward_s * k, backward_s=self.backward_s * k,
                        update_s=[t * k for t in self.update_s], iteration_s=[t * k for t in self.iteration_s])
+
+    def copy_s(self, nbytes: float, tensors: int) -> float:
+        """Packing `tensors` tensors of `nbytes` in all into one buffer, or unpacking it; none for
+        one tensor (the runtime sends it in place)."""
+        return tensors * self.copy_tensor_s + 2 * nbytes / self.copy_Bps if tensors > 1 else 0.0
+
+    def with_copy(self, tensor_s: float, Bps: float, source: str) -> "Profile":
+        if not (tensor_s >= 0 and 0 < Bps < math.inf):
+            raise ValueError(f"copy cost {tensor_s!r} s per tensor, {Bps!r} B/s is invalid; accepted: >= 0 s and a "
+                             f"finite bandwidth > 0")
+        return replace(self, copy_tensor_s=tensor_s, copy_Bps=Bps, copy_source=source)
 
     def sync_factor(self, workers: int) -> float:
         """How much longer `workers` synchronised workers take to compute an iteration than one
@@ -324,6 +342,71 @@ def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, 
     if cache:
         _write_cached(path, out)
     return out
+
+
+# measure_copy's two layouts of a fused message, (tensors, fp32 elements each): many small ones
+# (the per-tensor cost) and a few large ones, larger than a CPU's caches (the bandwidth)
+COPY_LAYOUTS = ((64, 16), (4, 1 << 21))
+COPY_REPEATS = 15
+
+
+def torch_device_type(device: str) -> str:
+    import torch
+
+    return torch.device(device).type
+
+
+def measure_copy(device: str = "cpu", threads: int | None = None, repeats: int = COPY_REPEATS) -> tuple[float, float, str]:
+    """(seconds per tensor, bytes per second, source) of packing a fused message or unpacking it
+    on `device` (the CPU; at `threads` intra-op threads, else this process's), timed with the
+    runtime's own code (methods.grouped.pack and unpack) on one worker: the median of `repeats`
+    packs and unpacks of each of COPY_LAYOUTS, half of one pack and one unpack each, solved for
+    t = tensors x per-tensor + 2 bytes / bandwidth through both layouts. A microbenchmark of one
+    worker, no communication."""
+    import time
+
+    import torch
+
+    from ddlbench.methods.grouped import pack, unpack
+
+    if torch_device_type(device) != "cpu":
+        raise ValueError(f"device {device!r} is not measured for copies; accepted: cpu (a GPU's are its memory "
+                         f"bandwidth)")
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        times = []
+        for k, n in COPY_LAYOUTS:
+            tensors = [torch.ones(n) for _ in range(k)]
+            buf = torch.empty(k * n)
+            laps = []
+            for _ in range(repeats + 1):  # the first untimed
+                t0 = time.perf_counter()
+                pack(tensors, buf)
+                unpack(buf, tensors)
+                laps.append((time.perf_counter() - t0) / 2)
+            times.append(statistics.median(laps[1:]))
+    finally:
+        torch.set_num_threads(before)
+    per_tensor, bps = fit_copy(COPY_LAYOUTS, times)
+    (k1, n1), (k2, n2) = COPY_LAYOUTS
+    source = (f"measured on the {device}{f' at {threads} threads' if threads else ''}: the runtime's pack and unpack "
+              f"(methods.grouped), medians of {repeats}, {k1} x {4 * n1} B {times[0] * 1e6:.1f} us and {k2} x "
+              f"{4 * n2} B {times[1] * 1e6:.0f} us: {per_tensor * 1e6:.2f} us per tensor, {bps / 1e9:.2f} GB/s")
+    return per_tensor, bps, source
+
+
+def fit_copy(layouts, times_s: list[float]) -> tuple[float, float]:
+    """(seconds per tensor, bytes per second) through two layouts' times, (tensors, fp32 elements
+    each) each: t = tensors x per-tensor + 2 bytes / bandwidth (a read and a write), neither
+    below zero."""
+    (k1, n1), (k2, n2) = layouts
+    b1, b2 = 4 * k1 * n1, 4 * k2 * n2
+    det = k1 * 2 * b2 - k2 * 2 * b1
+    per_byte = max(1e-15, (k1 * times_s[1] - k2 * times_s[0]) / det)
+    per_tensor = max(0.0, (times_s[0] * 2 * b2 - times_s[1] * 2 * b1) / det)
+    return per_tensor, 1 / per_byte
 
 
 @contextmanager

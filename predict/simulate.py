@@ -624,7 +624,7 @@ class HorovodCycle:
 def unpack_s(p: "Plan", profile: Profile) -> float:
     """Unpacking every fused message of a plan after its all-reduce (`copy_s`)."""
     nbytes = profile.tensor_bytes  # a list built per access: once, not once per tensor
-    return sum(copy_s(sum(nbytes[i] for i in msg), len(msg)) for msg in p.messages)
+    return sum(copy_s(sum(nbytes[i] for i in msg), len(msg), profile) for msg in p.messages)
 
 
 def allreduce_comm(sim: Sim, cluster: Cluster, workers: int, opts: Options, horovod_defaults: bool = False,
@@ -637,9 +637,12 @@ def allreduce_comm(sim: Sim, cluster: Cluster, workers: int, opts: Options, horo
     return HorovodCycle(sim, comm, opts.horovod_cycle_s) if opts.stack == "study" and horovod_defaults else comm
 
 
-def copy_s(nbytes: float, tensors: int) -> float:
-    """Packing `tensors` tensors of `nbytes` in all into one buffer, or unpacking it: a read and a
-    write at the GPU's memory bandwidth; none for one tensor (it is sent in place)."""
+def copy_s(nbytes: float, tensors: int, profile: Profile | None = None) -> float:
+    """Packing `tensors` tensors of `nbytes` in all into one buffer, or unpacking it, on the
+    profile's device (`Profile.copy_s`), else a read and a write at the GPU's memory bandwidth
+    (Horovod's fusion buffer in the study's stack); none for one tensor (it is sent in place)."""
+    if profile is not None:
+        return profile.copy_s(nbytes, tensors)
     return 2 * nbytes / GPU_MEM_BPS if tensors > 1 else 0.0
 
 
@@ -873,7 +876,7 @@ def ps_machines_period_s(p: "Plan", profile: Profile, cluster: Cluster, workers:
                 sim.at(max(b_end, sim.now) + unpack + update, iteration, k)
         for g, members in enumerate(p.messages):
             launch = b0 + max(profile.ready_s[i] for i in members) if p.eager else b_end
-            pack = copy_s(sum(tensor_bytes[i] for i in members), len(members))
+            pack = copy_s(sum(tensor_bytes[i] for i in members), len(members), profile)
             sim.at(launch + pack, comm.send, k, g, finished)
     for k in range(m):
         sim.at(0.0, iteration, k)
@@ -1308,7 +1311,7 @@ def _communicate(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg:
     for g, members in enumerate(messages):
         launch = max(ready[i] for i in members) if p.eager else b_end
         nbytes = sum(profile.numels[i] for i in members) * esize
-        pack = copy_s(nbytes, len(members))
+        pack = copy_s(nbytes, len(members), profile)
 
         def finished(members=members):
             for i in members:

@@ -1,4 +1,5 @@
 """METHOD=auto (resolution and the record field), commbench's network fit, the measured profile."""
+import time
 from dataclasses import replace
 
 import pytest
@@ -716,3 +717,30 @@ def test_auto_beside_other_workers_charges_bytescheduler_its_machinery_measured_
     expected = simulate.simulate("bytescheduler-a2a", toy_profile(), slow, 2, opts).samples_per_sec(4)
     assert beside["predicted"]["bytescheduler-a2a"] == pytest.approx(expected, abs=1e-3)
     assert beside["predicted"]["bytescheduler-a2a"] < alone["predicted"]["bytescheduler-a2a"]
+
+
+def test_the_copy_fit_recovers_hand_worked_costs():
+    # 2 us a tensor and 40 GB/s: 64 x 64 B take 64 x 2 us + 2 x 4096 B / 40 GB/s; 4 x 8 MiB take
+    # 4 x 2 us + 2 x 32 MiB / 40 GB/s
+    layouts = profile.COPY_LAYOUTS
+    times = [k * 2e-6 + 2 * 4 * k * n / 40e9 for k, n in layouts]
+    assert profile.fit_copy(layouts, times) == pytest.approx((2e-6, 40e9))
+
+
+def test_the_copy_microbenchmark_times_the_runtimes_own_unpack(monkeypatch):
+    """measure_copy times methods.grouped's pack and unpack, the code a run's fused messages go
+    through: a slower unpack (1 ms more a call) shows as a per-tensor cost of about 1 ms / 2 / 64."""
+    from ddlbench.methods import grouped
+
+    per_tensor, bps, source = profile.measure_copy("cpu", 1, repeats=3)
+    assert 0 <= per_tensor < 1e-4 and bps > 1e8 and "1 threads" in source
+    real = grouped.unpack
+
+    def slow(buf, tensors):
+        time.sleep(1e-3)
+        real(buf, tensors)
+    monkeypatch.setattr(grouped, "unpack", slow)
+    slowed, _, _ = profile.measure_copy("cpu", 1, repeats=3)
+    assert slowed > per_tensor + 4e-6
+    with pytest.raises(ValueError, match="device 'meta' is not measured for copies; accepted: cpu"):
+        profile.measure_copy("meta")

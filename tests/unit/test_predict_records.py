@@ -258,15 +258,22 @@ def test_validation_takes_one_workers_compute_from_the_runs_own_probe_where_it_h
     spec.loader.exec_module(validation)
     fixed = cli.load_profile("tiny-resnet", 8, 100.0)
     monkeypatch.setattr(profile, "measured", lambda *a, **k: fixed)  # alone and beside alike: no rescaling
+    # the fused message's pack and unpack on the CPU: 20 us a tensor, 1 GB/s, one worker alone;
+    # twice that for 4 workers on the 2 cores
+    monkeypatch.setattr(profile, "measure_copy", lambda device, threads: (2e-5, 1e9, f"fixed at {threads}"))
     steps = [0.1, 0.1, 0.1, 0.3]  # the probe: one worker's step at 8 / 0.15 samples/s, one slow step in four
-    base = {"local_batch": 8, "device": "cpu", "backend": "gloo", "engine": "torch", "env": {"OMP_NUM_THREADS": "1"}}
+    base = {"local_batch": 8, "device": "cpu", "backend": "gloo", "engine": "torch", "env": {"OMP_NUM_THREADS": "1"},
+            "host_cores": 2}
     record.write(tmp_path, {**_measured("bsp-a2a", 1, 100.0), **base})
     record.write(tmp_path, {**_measured("bsp-a2a", 2, 100.0), **base, "compute_probe_s": [0.14, 0.16],
                             "compute_probe_iter_s": steps})
     record.write(tmp_path, {**_measured("bsp-a2a", 4, 100.0), **base})  # no probe: from the profile
 
-    def predicted(workers, one, spread):
+    def predicted(workers, one, spread, copies=True):
         prof = replace(cli.load_profile("tiny-resnet", 8, one), iteration_s=spread)
+        if copies:
+            share = max(1, workers / 2)
+            prof = prof.with_copy(2e-5 * share, 1e9 / share, "fixed")
         opts = cli.study_opts("local", "ddlbench", backend="gloo")
         return cli.predict("tiny-resnet", [workers], "loopback", ("bsp-a2a",), 8, one, opts, explain=False,
                            prof=prof)[0][("bsp-a2a", workers)].samples_per_sec
@@ -275,6 +282,7 @@ def test_validation_takes_one_workers_compute_from_the_runs_own_probe_where_it_h
     assert by_workers[2] == (pytest.approx(predicted(2, 8 / 0.15, steps)), "probe")
     assert by_workers[4] == (pytest.approx(predicted(4, 100.0, fixed.iteration_s)), "profile")
     assert by_workers[2][0] < predicted(2, 100.0, fixed.iteration_s)  # the probe's slower compute
+    assert by_workers[2][0] < predicted(2, 8 / 0.15, steps, copies=False)  # and the CPU's copies
     assert sorted(p for p, _ in profiled["bsp-a2a"]) == pytest.approx(sorted(
         [predicted(2, 100.0, fixed.iteration_s), predicted(4, 100.0, fixed.iteration_s)]))
     assert sorted(p for p, _ in shared["bsp-a2a"]) == pytest.approx(sorted(p for _, _, _, p, *_ in runs))
@@ -354,6 +362,8 @@ def test_validation_predicts_an_mgwfbp_run_with_its_own_start_up_fit(tmp_path, m
     spec.loader.exec_module(validation)
     fixed = cli.load_profile("tiny-resnet", 8, 100.0)
     monkeypatch.setattr(profile, "measured", lambda *a, **k: fixed)
+    # the CPU's copies as the profile's own (the test's subject is the groups)
+    monkeypatch.setattr(profile, "measure_copy", lambda *a, **k: (fixed.copy_tensor_s, fixed.copy_Bps, "the profile's"))
     opts = cli.study_opts("local", "ddlbench", backend="gloo")
     wfbp_like = simulate.plan_for("mg-wfbp", fixed, network.load("loopback"), 2,
                                   simulate.Options(stack="ddlbench", backend="gloo", mgwfbp_alpha_beta=(0.0, 1e-9)))

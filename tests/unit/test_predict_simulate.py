@@ -43,6 +43,19 @@ def test_bsp_communicates_after_backward():
     assert period("bsp-a2a", toy(), two_gpus()) == pytest.approx(6.0)
 
 
+def test_a_fused_message_pays_its_devices_pack_and_unpack():
+    # The same BSP iteration with copies of 0.1 s per tensor and 120,000 B at 1.2 MB/s (0.2 s a
+    # pass of read and write): the pack (3 x 0.1 + 0.2 = 0.5 s) before the all-reduce, the unpack
+    # (0.5 s) after it: 7 s. One tensor alone (WFBP) is sent in place: no copy, 5 s as without.
+    prof = toy().with_copy(0.1, 1.2e6, "test")
+    assert prof.copy_s(120_000, 3) == pytest.approx(0.5) and prof.copy_s(40_000, 1) == 0.0
+    assert period("bsp-a2a", prof, two_gpus()) == pytest.approx(7.0)
+    assert period("wfbp-a2a", prof, two_gpus()) == pytest.approx(5.0)
+    for bad in ((-1.0, 1e9), (0.0, 0.0), (0.0, float("inf"))):
+        with pytest.raises(ValueError, match=r"copy cost .* is invalid; accepted: >= 0 s and a finite bandwidth > 0"):
+            toy().with_copy(*bad, "test")
+
+
 def test_wfbp_overlaps_backward():
     # p2 ready at 2 -> [2, 3]; p1 at 3 -> [3, 4]; p0 at 4 -> [4, 5]
     assert period("wfbp-a2a", toy(), two_gpus()) == pytest.approx(5.0)
