@@ -18,7 +18,7 @@ from pathlib import Path
 from ddlbench import hostcpu, record
 from ddlbench.commbench.backends import BACKENDS, mpiexec, why_unavailable
 from ddlbench.commbench.collectives import COLLECTIVES, DTYPES
-from ddlbench.commbench.modes import FUSION_PACE_S
+from ddlbench.commbench.modes import AFTER_COMPUTE_S, FUSION_PACE_S
 from ddlbench.commbench.worker import MIN_ITERS, SECONDS_PER_SIZE
 
 DEVICES = ("cpu", "cuda")
@@ -79,6 +79,11 @@ def parse(argv) -> argparse.Namespace:
                     help=f"fusion mode: also launch the per-tensor all-reduces one every this many ms "
                          f"(per_tensor_paced), as WFBP does during backward; the predictor's lane speed comes "
                          f"from these rounds (default {FUSION_PACE_S * 1e3:g}; 0: no paced round)")
+    ap.add_argument("--after-compute-ms", type=float, default=AFTER_COMPUTE_S * 1e3,
+                    help=f"fusion mode: also time the fused all-reduce right after every rank computed this "
+                         f"many ms (fused_after_compute), as BSP sends after backward; the predictor charges "
+                         f"what it costs beyond its fit to a collective that starts after compute "
+                         f"(default {AFTER_COMPUTE_S * 1e3:g}; 0: no such round)")
     ap.add_argument("--results", default="results")
     ap.add_argument("--network-name", default=None,
                     help="write conf/network/NAME.yaml from the 2-worker all-reduce (default local-<hostname>; 'none': do not)")
@@ -122,6 +127,8 @@ def parse(argv) -> argparse.Namespace:
         raise BadInput(f"fusion-iters={a.fusion_iters} is invalid; accepted: >= 1")
     if not 0 <= a.fusion_pace_ms < 1000:
         raise BadInput(f"fusion-pace-ms={a.fusion_pace_ms:g} is invalid; accepted: 0 <= ms < 1000 (0: no paced round)")
+    if not 0 <= a.after_compute_ms < 1000:
+        raise BadInput(f"after-compute-ms={a.after_compute_ms:g} is invalid; accepted: 0 <= ms < 1000 (0: no such round)")
     if not a.timeout > 0:
         raise BadInput(f"timeout={a.timeout:g} is invalid; accepted: seconds > 0")
     if a.pin_ranks not in ("auto", "yes", "no"):
@@ -454,7 +461,8 @@ def main(argv=None) -> int:
             "factor": a.factor, "iters": a.iters, "warmup": a.warmup, "seconds_per_size": a.seconds_per_size,
             "group_bytes": a.group_bytes,
             "fusion_models": a.fusion_models.split(","), "fusion_iters": a.fusion_iters, "fusion_warmup": 2,
-            "fusion_pace_s": a.fusion_pace_ms / 1e3, "gloo_loop_policy": a.gloo_loop_policy,
+            "fusion_pace_s": a.fusion_pace_ms / 1e3, "after_compute_s": a.after_compute_ms / 1e3,
+            "gloo_loop_policy": a.gloo_loop_policy,
             "pin_ranks": a.pin_ranks}
     from ddlbench.commbench.slurm import StillRunning
 

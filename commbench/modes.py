@@ -14,7 +14,12 @@ backward computes, where the first way launches them at once. The per-tensor cal
 a fifth way (`per_tensor_ordered`, `order`): rank 0 chooses each in turn and sends the choice
 to the others over a Gloo group of its own, as ByteScheduler's leader does
 (methods.bytescheduler), each rank launching it once told; its time per message is what each
-choice costs (network.Cluster.order_s). Each row also carries
+choice costs (network.Cluster.order_s). And once more as one fused all-reduce after every rank
+computed AFTER_COMPUTE_S (`fused_after_compute`, `after_compute_s`: training's compute leaves the
+caches and the backend's threads cold), with no barrier between rounds (the ranks keep in step
+through the all-reduce, as a run's iterations do), each round the time of the rank that arrived
+last, which waited for nobody (`last_arrival`): what a collective costs after compute
+(network.Cluster.after_compute_s). Each row also carries
 the machine's busy CPU per worker and round (`cpu_busy_s`, /proc/stat between the barriers
 around the timed rounds, each round's barrier included) and `cores`: what an all-reduce costs
 the cores that a local run's or the emulated cluster's workers share (network.HostCpu.allreduce).
@@ -124,6 +129,44 @@ def order_choice(control, rank: int, n: int, msg: torch.Tensor, k: int) -> int:
     return hear(control, 0, msg)[0]
 
 
+# fused_after_compute's compute before each round: about a small CNN's step here (tiny-resnet on
+# this project's CPU, 4.5-5 ms), and as training leaves the ranks' caches: it streams through more
+# memory than they hold. Two local ranks' 312 KB all-reduce took 0.18 ms back to back, 0.36 ms
+# after 5 ms of 128 x 128 matrix products (whose data stays in cache), 0.54 ms after this
+# compute and 0.60 ms after a tiny-resnet training step (the shortest of the two ranks' times,
+# medians of 40).
+AFTER_COMPUTE_S = 5e-3
+AFTER_COMPUTE_ROUNDS = 4  # times fusion's rounds
+_COMPUTE_BYTES = 16 << 20  # each of two buffers: beyond a CPU's last-level cache share per core
+_compute_buffers: dict = {}
+
+
+def compute_for(seconds: float, device) -> None:
+    """Compute on `device` (this rank's cores or its GPU) for `seconds` of wall time as training
+    does between two rounds of communication: copies through buffers larger than the caches,
+    each followed by a 128 x 128 matrix product."""
+    key = str(device)
+    if key not in _compute_buffers:  # made once: a fresh 16 MB would fault its pages in every round
+        _compute_buffers[key] = (torch.empty(_COMPUTE_BYTES // 4, device=device),
+                                 torch.ones(_COMPUTE_BYTES // 4, device=device), torch.randn(128, 128, device=device))
+    dst, src, a = _compute_buffers[key]
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        dst.copy_(src)
+        a @ a
+        if a.device.type == "cuda":
+            torch.cuda.synchronize(a.device)
+
+
+def last_arrival(be, times: list[float]) -> list[float]:
+    """Per round, the shortest of the ranks' times: the rank that came last waited for nobody,
+    so its time is the collective's own, without the others' wait for it (their compute ends
+    apart where ranks share cores)."""
+    everyone = [None] * be.n
+    be.dist.all_gather_object(everyone, times)
+    return [min(ts) for ts in zip(*everyone)]
+
+
 def fusion(be, spec, emit) -> None:
     dist = be.dist
     # ByteScheduler's order: its leader's choices go over a Gloo group of their own (the runtime's
@@ -145,12 +188,21 @@ def fusion(be, spec, emit) -> None:
             strategies["per_tensor_paced"] = per_tensor
         if control is not None:  # as ByteScheduler's leader orders them: a choice a message
             strategies["per_tensor_ordered"] = per_tensor
+        after_s = float(spec.get("after_compute_s") or 0.0)
+        if after_s and be.n > 1:  # as BSP sends its fused gradients: after every rank computed
+            strategies["fused_after_compute"] = strategies["fused"]
         for name, groups_ in strategies.items():
             buffers = [torch.empty(sum(numels[i] for i in g), device=be.device) if len(g) > 1 else None for g in groups_]
             pace = pace_s if name == "per_tensor_paced" else 0.0
             ordered = name == "per_tensor_ordered"
+            compute_s = after_s if name == "fused_after_compute" else 0.0
 
-            def all_reduce_once() -> None:
+            def all_reduce_once() -> tuple[float, float] | None:
+                """One round; where it first computes (`compute_s`), when its all-reduce began (its
+                buffer packed) and when it ended (before the copies back)."""
+                if compute_s:
+                    compute_for(compute_s, be.device)
+                span = []
                 works = []
                 start = time.perf_counter()
                 choice = torch.zeros(MAX_CHOICES + 1, dtype=torch.int64) if ordered else None
@@ -163,36 +215,43 @@ def fusion(be, spec, emit) -> None:
                         works.append(dist.all_reduce(grads[g[0]], async_op=True))
                     else:
                         torch.cat([grads[i] for i in g], out=buf)
+                        span.append(time.perf_counter())
                         works.append(dist.all_reduce(buf, async_op=True))
                 for g, buf, w in zip(groups_, buffers, works):
                     w.wait()
+                    span.append(time.perf_counter())
                     if buf is not None:  # copy the sums back into the gradients
                         offset = 0
                         for i in g:
                             grads[i].copy_(buf[offset:offset + numels[i]])
                             offset += numels[i]
                 be.sync()
+                return (span[0], span[-1]) if compute_s else None
 
             def round_once() -> None:
                 be.barrier()
                 all_reduce_once()
 
             warmup, iters = warm_up_and_plan(round_once, spec.get("seconds_per_size", 0), be.total, be.rank == 0,
-                                             spec["fusion_warmup"], spec["fusion_iters"])
+                                             spec["fusion_warmup"],
+                                             # a round after compute varies more and is short: more of them
+                                             spec["fusion_iters"] * (AFTER_COMPUTE_ROUNDS if compute_s else 1))
             times = []
             busy0, window0 = hostcpu.busy_s(), time.perf_counter()
             for _ in range(iters):
-                be.barrier()
+                if not compute_s:  # a round after compute starts as a run's iteration does: in step
+                    be.barrier()   # since the last all-reduce, apart by what each rank's compute took
                 t0 = time.perf_counter()
-                all_reduce_once()
-                times.append(time.perf_counter() - t0)
+                span = all_reduce_once()
+                times.append(span[1] - span[0] if span else time.perf_counter() - t0)
             be.barrier()  # every worker's last round is done
             busy1 = hostcpu.busy_s()
-            # the machine's busy CPU per worker and round (each round's barrier included)
+            # the machine's busy CPU per worker and round (each round's barrier included; not where
+            # the round computes, whose CPU is the compute's)
             cpu = {"cpu_busy_s": (busy1 - busy0) / (iters * be.n),
                    "cpu_window_s": time.perf_counter() - window0, "cores": hostcpu.cores()} \
-                if busy0 is not None and busy1 is not None and iters else {}
-            times = be.slowest(times)
+                if busy0 is not None and busy1 is not None and iters and not compute_s else {}
+            times = last_arrival(be, times) if compute_s else be.slowest(times)
             # then one checked round: rank r gives r + 1 everywhere, so every element must sum to n(n+1)/2
             for grad in grads:
                 grad.fill_(be.rank + 1)
@@ -200,6 +259,7 @@ def fusion(be, spec, emit) -> None:
             wrong = sum(int((grad != be.n * (be.n + 1) // 2).sum().item()) for grad in grads)
             emit({"mode": "fusion", "model": model, "strategy": name, "messages": len(groups_), "tensors": len(numels),
                   **({"pace_s": pace} if pace else {}), **({"order": "leader"} if ordered else {}),
+                  **({"after_compute_s": compute_s} if compute_s else {}),
                   "collective": "all_reduce", "dtype": "fp32", "device": spec["device"], "workers": be.n,
                   "wrong": be.total(wrong), **cpu, **summarize(times, total * 4, "all_reduce", be.n), "warmup": warmup})
 

@@ -173,13 +173,20 @@ class Cluster:
                                      # ByteScheduler leader (its order protocol), where make commbench
                                      # timed its ordered round at that many ranks in this config's own
                                      # placement (`data_order`, `ordered_choices`); else 0
+    after_compute_s: dict = field(default_factory=dict)  # ranks -> what an all-reduce that starts after
+                                     # the ranks computed costs beyond this config's own time for it
+                                     # (caches and threads as compute left them), where make commbench
+                                     # timed one so at that many ranks in this config's own placement
+                                     # (`data_after_compute`, `after_compute_extra`); else 0
 
     def measured_here(self, same_placement: bool) -> dict:
-        """What was measured in this config's own placement (`measured`, `lane_speed`, `order_s`),
-        as fields for `replace`: kept for a cluster in the same placement, dropped for any other."""
+        """What was measured in this config's own placement (`measured`, `lane_speed`, `order_s`,
+        `after_compute_s`), as fields for `replace`: kept for a cluster in the same placement,
+        dropped for any other."""
         if same_placement:
-            return {"measured": self.measured, "lane_speed": self.lane_speed, "order_s": self.order_s}
-        return {"measured": {}, "lane_speed": {}, "order_s": {}}
+            return {"measured": self.measured, "lane_speed": self.lane_speed, "order_s": self.order_s,
+                    "after_compute_s": self.after_compute_s}
+        return {"measured": {}, "lane_speed": {}, "order_s": {}, "after_compute_s": {}}
 
     def nodes(self, workers: int) -> tuple[int, int]:
         """(machines m, GPUs per machine g) for `workers` workers, filling nodes g at a time."""
@@ -567,6 +574,8 @@ def load(name: str, directory: Path | None = None) -> Cluster:
                             "all-reduce timed alone by the tc rate's wire above (simulate.lane_speed), not by the fit")
     if inter is not None and spec.get("data_order"):
         cluster.order_s.update(ordered_choices(cluster, spec["data_order"], rate_bps is not None))
+    if inter is not None and spec.get("data_after_compute"):
+        cluster.after_compute_s.update(after_compute_extra(cluster, spec["data_after_compute"], rate_bps is not None))
     return cluster
 
 
@@ -670,6 +679,32 @@ def ordered_choices(cluster: "Cluster", data: dict, emulated: bool) -> dict:
     return out
 
 
+def after_compute_extra(cluster: "Cluster", data: dict, emulated: bool) -> dict:
+    """{ranks: seconds} that an all-reduce right after compute costs beyond the simulator's time
+    for it alone on idle links (`Cluster.allreduce_s`, less what an emulated link's full token
+    bucket passes at once: the compute let it refill), from make commbench's rounds after
+    compute (`data_after_compute`: each model's gradients as one all-reduce, `measured_s` the
+    rank that arrived last's time); the median over models, none below 0. Only a worker count
+    with such a round gets one."""
+    from ddlbench.predict.simulate import Bucket, ring_link_bytes, timed  # simulate imports this module
+
+    out = {}
+    for ranks, models in (data or {}).items():
+        w, extra = int(ranks), []
+        for model, d in (models or {}).items():
+            nbytes, measured_s = int(d["bytes"]), float(d["measured_s"])
+            if w < 2 or nbytes < 1 or not measured_s > 0:
+                raise ValueError(f"network {cluster.name!r}: data_after_compute {ranks} {model}: {d!r} is invalid; "
+                                 f"accepted: ranks >= 2, bytes >= 1, measured_s > 0")
+            alone = cluster.allreduce_s(nbytes, w, cluster.measured_algorithm)
+            if emulated and cluster.inter.burst_bytes:
+                alone = timed(Bucket(cluster.inter), ring_link_bytes(nbytes, w), alone)(0.0)
+            extra.append(max(0.0, measured_s - alone))
+        if extra:
+            out[w] = statistics.median(extra)
+    return out
+
+
 def _lane_speed(spec, name: str) -> dict:
     """{ranks: speed} from `lane_speed_by_ranks:` under `inter: allreduce:` (make commbench's
     fusion mode), else {}."""
@@ -734,7 +769,8 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
     fits = {c: by_ranks for c, by_ranks in fits.items() if by_ranks}
     lanes = _lane_speeds(rows, backend, (a, b), fits.get("all_reduce", {})) if backend == "gloo" else {}
     order = _ordered_rounds(rows, backend)
-    if fits or lanes or order:
+    after = _after_compute_rounds(rows, backend)
+    if fits or lanes or order or after:
         out["inter"]["allreduce"].update(algorithm=BACKEND_ALGORITHM[backend], one_machine=shared_cores)
     for collective, by_ranks in fits.items():
         key = MEASURED_KEYS[collective]
@@ -768,6 +804,13 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
             f"told; {backend} on {device}), the median over repeated records of the round's mean time "
             f"(data_order), against which the predictor finds each message's time (network.ordered_choices)")
         out["data_order"] = order
+    if after:
+        out["sources"]["after_compute"] = (
+            f"{source}: commbench's fusion mode, each model's gradients as one fp32 all-reduce right after every "
+            f"rank computed (fused_after_compute; {backend} on {device}), the time of the rank that arrived last, "
+            f"the median over repeated records of its mean (data_after_compute), less the predictor's time for it "
+            f"on idle links: what a collective that starts after compute pays beyond (network.after_compute_extra)")
+        out["data_after_compute"] = after
     ps = _ps_fit(rows)
     if ps is not None:
         (alpha, beta, ps_sizes, ps_times, partition) = ps
@@ -904,6 +947,23 @@ def _ordered_rounds(rows: list[dict], backend: str) -> dict:
         for model in sorted({r["model"] for r in rounds if int(r["workers"]) == w}):
             mine = [r for r in rounds if int(r["workers"]) == w and r["model"] == model]
             out.setdefault(w, {})[model] = {"messages": int(mine[0]["messages"]),
+                                            "measured_s": statistics.median(float(r["time_us"]) * 1e-6 for r in mine)}
+    return out
+
+
+def _after_compute_rounds(rows: list[dict], backend: str) -> dict:
+    """{workers: {model: {bytes, measured_s}}} from commbench's rounds after compute
+    (`fused_after_compute`: a model's gradients as one all-reduce once every rank computed; each
+    round the time of the rank that arrived last, who waited for nobody): the median over
+    repeated records of the mean time."""
+    rounds = [r for r in rows if r.get("mode") == "fusion" and r.get("strategy") == "fused_after_compute"
+              and r.get("dtype") == "fp32" and r.get("backend") == backend and r.get("time_us")
+              and not r.get("wrong") and "error" not in r]
+    out: dict = {}
+    for w in sorted({int(r["workers"]) for r in rounds}):
+        for model in sorted({r["model"] for r in rounds if int(r["workers"]) == w}):
+            mine = [r for r in rounds if int(r["workers"]) == w and r["model"] == model]
+            out.setdefault(w, {})[model] = {"bytes": int(mine[0]["bytes"]),
                                             "measured_s": statistics.median(float(r["time_us"]) * 1e-6 for r in mine)}
     return out
 

@@ -36,7 +36,11 @@ but for PS on the emulated cluster's links, below):
   `lane_speed`; the paced round's where there is one: launched at once they overlap less, which
   one speed cannot give both ways, `network._lane_speeds`; on an emulated network found again
   against the tc rate's wire and its token bucket, which each collective meets as it starts:
-  `network.emulated_lanes`); elsewhere one at a time;
+  `network.emulated_lanes`); elsewhere one at a time. A collective submitted after the stream
+  idled AFTER_COMPUTE_IDLE_S (the ranks computed) also pays what make commbench found an
+  all-reduce costs right after compute beyond its own time, where it timed one at the run's
+  worker count in the run's placement (`Cluster.after_compute_s`: two local ranks' 312 KB took
+  0.18 ms back to back, 0.5 ms after compute that streams through memory);
 - PS methods, per machine (BytePS): per partition, a reduce inside the node over its NCCL stream
   (where make commbench timed a reduce and a broadcast at the node's worker count in the run's
   placement, those fits: `Cluster.node_stage_s`),
@@ -189,6 +193,10 @@ DDP_FIRST_BUCKET_BYTES = 1 << 20   # torch.distributed's _DEFAULT_FIRST_BUCKET_B
 HOROVOD_CYCLE_S = 0.005
 HOROVOD_FUSION_BYTES = 64 * 1024 * 1024
 ITERATIONS = 3                     # simulated back to back; the last gap is the steady-state period
+# an all-reduce stream idle this long before a collective (the ranks computed meanwhile) makes it
+# pay Cluster.after_compute_s: commbench measures that after 5 ms of compute; WFBP's and MG-WFBP's
+# messages during backward come well under 1 ms apart here, and only the first of an iteration pays
+AFTER_COMPUTE_IDLE_S = 1e-3
 MACHINE_ITERATIONS = 12            # per-machine PS (`ps_machines_period_s`): the mean of the last 6
 
 
@@ -571,20 +579,40 @@ class AllReduceComm:
     (`Cluster.lane_speed`: Gloo's two threads), they run as `Lanes` instead."""
 
     def __init__(self, sim: Sim, cluster: Cluster, workers: int, algorithm: str, buckets: dict | None = None):
-        self.cluster, self.workers, self.algorithm = cluster, workers, algorithm
+        self.sim, self.cluster, self.workers, self.algorithm = sim, cluster, workers, algorithm
         speed = cluster.lane_speed.get(workers) if algorithm == cluster.measured_algorithm else None
         self.lanes = Lanes(sim, GLOO_THREADS, speed) if speed else None
         self.bucket = ring_bucket(cluster, workers, algorithm, buckets)  # each collective meets it as it starts
         self.stream = None if self.lanes else Station(sim, bucket=self.bucket)
+        # a collective submitted after the stream idled AFTER_COMPUTE_IDLE_S (the ranks computed)
+        # pays what make commbench found one costs then, beyond its own time (Cluster.after_compute_s)
+        self.after_compute_s = cluster.after_compute_s.get(workers, 0.0) if algorithm == cluster.measured_algorithm \
+            else 0.0
+        self.in_flight, self.idle_since = 0, -math.inf
 
     def send(self, nbytes: int, extra_s: float, on_done, on_start=None) -> None:
         w = self.workers
         dur = self.cluster.allreduce_s(nbytes, w, self.algorithm)
+        if self.after_compute_s:
+            if self.in_flight == 0 and self.sim.now - self.idle_since >= AFTER_COMPUTE_IDLE_S:
+                extra_s += self.after_compute_s
+            self.in_flight += 1
+            on_done = self._ended(on_done)
         if self.lanes is not None:
             self.lanes.submit(timed(self.bucket, ring_link_bytes(nbytes, w), dur, extra_s), on_done, on_start)
             return
         self.stream.submit((self.stream.timed(ring_link_bytes(nbytes, w), dur, extra_s), 0.0,
                             None if on_start is None else (lambda now, end: on_start(now)), on_done))
+
+
+    def _ended(self, on_done):
+        def ended() -> None:
+            self.in_flight -= 1
+            if self.in_flight == 0:
+                self.idle_since = self.sim.now
+            if on_done is not None:
+                on_done()
+        return ended
 
 
 class HorovodCycle:

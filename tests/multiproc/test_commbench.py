@@ -101,7 +101,16 @@ def test_the_seeds_experiments_groups_and_fusion(tmp_path):
     groups = sorted((r["groups"], r["workers"]) for r in rows if r["mode"] == "groups")
     assert groups == [(1, 2), (2, 4)]  # seed 002: 1 and 2 pairs, each its own group
     fusion = {(r["strategy"], r["workers"]): r for r in rows if r["mode"] == "fusion"}
-    assert {s for s, _ in fusion} == {"per_tensor", "fused", "buckets_25MiB", "per_tensor_paced", "per_tensor_ordered"}
+    assert {s for s, _ in fusion} == {"per_tensor", "fused", "buckets_25MiB", "per_tensor_paced", "per_tensor_ordered",
+                                      "fused_after_compute"}
+    # after 5 ms of compute on every rank (the default --after-compute-ms), the one fused all-reduce
+    # alone, the last rank's time (2 ranks: well under the compute), no CPU of its own counted
+    after = [fusion[("fused_after_compute", w)] for w in (2, 4)]
+    assert all(r["after_compute_s"] == 0.005 and r["messages"] == 1 and r["time_us"] > 0 and
+               "cpu_busy_s" not in r for r in after)
+    assert after[0]["time_us_p50"] < 5e3
+    assert "after_compute_s" not in fusion[("fused", 2)]
+    fusion = {k: r for k, r in fusion.items() if k[0] != "fused_after_compute"}
     # ordered as ByteScheduler's leader orders: every rank launched all 29, in rank 0's order (else
     # the checked round would sum mismatched tensors, or hang)
     assert all(fusion[("per_tensor_ordered", w)]["order"] == "leader" and

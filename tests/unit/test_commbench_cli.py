@@ -33,6 +33,7 @@ from ddlbench.commbench.cli import BadInput, parse
         (["--mode", "fusion", "--fusion-models", "foo"], ["fusion model 'foo'", "resnet50", "tiny-resnet"]),
         (["--fusion-iters", "0"], ["fusion-iters=0", ">= 1"]),
         (["--fusion-pace-ms", "-1"], ["fusion-pace-ms=-1", "0 <= ms < 1000"]),
+        (["--after-compute-ms", "-1"], ["after-compute-ms=-1", "0 <= ms < 1000"]),
         (["--timeout", "-5"], ["timeout=-5", "seconds > 0"]),
         (["--seconds-per-size", "-1"], ["seconds-per-size=-1", "seconds >= 0"]),
         (["--gloo-loop-policy", "low"], ["gloo-loop-policy='low'", "accepted: idle, none, auto"]),

@@ -650,6 +650,33 @@ def test_commbench_ordered_round_gives_the_leaders_time_per_choice(tmp_path):
         network.load("bad", tmp_path)
 
 
+def test_commbench_round_after_compute_gives_what_a_collective_pays_then(tmp_path):
+    """commbench's round after compute (the model's gradients as one all-reduce once every rank
+    computed) is kept as measured (`data_after_compute`); loading the config gives what it took
+    beyond the config's own time for that all-reduce (a + b n at 2 ranks), none below 0."""
+    a, b = 1e-4, 2e-9
+    n = 312168
+    after = {"mode": "fusion", "model": "tiny-resnet", "strategy": "fused_after_compute", "after_compute_s": 0.005,
+             "messages": 1, "collective": "all_reduce", "dtype": "fp32", "device": "cpu", "workers": 2,
+             "backend": "gloo", "wrong": 0, "bytes": n, "time_us": (a + b * n + 3e-4) * 1e6}
+    quick = {**after, "workers": 3, "time_us": 1.0}  # faster than the fit: nothing to add
+    spec = network.commbench_network(commbench_rows(a, b) + [after, quick, {**after, "wrong": 1, "time_us": 9e9}],
+                                     "box", "test data")
+    assert spec["data_after_compute"] == {2: {"tiny-resnet": {"bytes": n, "measured_s": pytest.approx(a + b * n + 3e-4)}},
+                                          3: {"tiny-resnet": {"bytes": n, "measured_s": pytest.approx(1e-6)}}}
+    assert "right after every rank computed" in spec["sources"]["after_compute"]
+    network.write_config(spec, tmp_path)
+    c = network.load("box", tmp_path)
+    assert c.after_compute_s == {2: pytest.approx(3e-4, rel=1e-6), 3: 0.0}
+    assert network.on_one_machine(c, 2).after_compute_s == c.after_compute_s
+    assert "data_after_compute" not in network.commbench_network(commbench_rows(a, b), "box", "test data")
+    bad = yaml.safe_load((tmp_path / "box.yaml").read_text())
+    bad["data_after_compute"][2]["tiny-resnet"]["measured_s"] = 0
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
+    with pytest.raises(ValueError, match="data_after_compute 2 tiny-resnet.*is invalid"):
+        network.load("bad", tmp_path)
+
+
 def test_auto_names_the_methods_tied_with_its_pick(monkeypatch, capsys):
     """A link so fast that every overlapping method is compute-bound: they tie (cli.TIE_REL), the run
     takes the fastest, and the ties are printed and kept in the record's prediction."""

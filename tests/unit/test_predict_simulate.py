@@ -56,6 +56,20 @@ def test_a_fused_message_pays_its_devices_pack_and_unpack():
             toy().with_copy(*bad, "test")
 
 
+def test_a_collective_after_compute_pays_what_commbench_found_then():
+    # Cluster.after_compute_s 0.5 s at 2 ranks: BSP's one all-reduce after backward [4, 6.5]:
+    # 6.5 s. WFBP's first (p2 at 2) pays it, [2, 3.5]; p1 and p0 find the stream busy or just
+    # freed and do not: [3.5, 4.5], [4.5, 5.5]. At 3 ranks nothing was measured: nothing added.
+    cluster = replace(two_gpus(), measured_algorithm="ring", after_compute_s={2: 0.5})
+    assert period("bsp-a2a", toy(), cluster, algorithm="ring") == pytest.approx(6.5)
+    assert period("wfbp-a2a", toy(), cluster, algorithm="ring") == pytest.approx(5.5)
+    # gradients 2 s apart: the stream idles 1 s before each of the next two, which pay it too
+    spaced = toy(ready=(5.0, 3.0, 1.0))
+    assert period("wfbp-a2a", spaced, cluster, algorithm="ring") == pytest.approx(1 + 5 + 1.5)
+    assert period("wfbp-a2a", spaced, replace(cluster, after_compute_s={3: 0.5}), algorithm="ring") == \
+        pytest.approx(1 + 5 + 1)
+
+
 def test_wfbp_overlaps_backward():
     # p2 ready at 2 -> [2, 3]; p1 at 3 -> [3, 4]; p0 at 4 -> [4, 5]
     assert period("wfbp-a2a", toy(), two_gpus()) == pytest.approx(5.0)
