@@ -681,11 +681,11 @@ def ordered_choices(cluster: "Cluster", data: dict, emulated: bool) -> dict:
 
 def after_compute_extra(cluster: "Cluster", data: dict, emulated: bool) -> dict:
     """{ranks: seconds} that an all-reduce right after compute costs beyond the simulator's time
-    for it alone on idle links (`Cluster.allreduce_s`, less what an emulated link's full token
-    bucket passes at once: the compute let it refill), from make commbench's rounds after
-    compute (`data_after_compute`: each model's gradients as one all-reduce, `measured_s` the
-    rank that arrived last's time); the median over models, none below 0. Only a worker count
-    with such a round gets one."""
+    for it alone (`Cluster.allreduce_s`; on an emulated link less what its token bucket passes at
+    once, refilled from empty over the round's compute, `compute_s`, as the rounds ran back to
+    back), from make commbench's rounds after compute (`data_after_compute`: each model's
+    gradients as one all-reduce, `measured_s` the rank that arrived last's time); the median over
+    models, none below 0. Only a worker count with such a round gets one."""
     from ddlbench.predict.simulate import Bucket, ring_link_bytes, timed  # simulate imports this module
 
     out = {}
@@ -698,7 +698,9 @@ def after_compute_extra(cluster: "Cluster", data: dict, emulated: bool) -> dict:
                                  f"accepted: ranks >= 2, bytes >= 1, measured_s > 0")
             alone = cluster.allreduce_s(nbytes, w, cluster.measured_algorithm)
             if emulated and cluster.inter.burst_bytes:
-                alone = timed(Bucket(cluster.inter), ring_link_bytes(nbytes, w), alone)(0.0)
+                bucket = Bucket(cluster.inter)
+                bucket.tokens, bucket.idle_from = 0.0, -float(d["compute_s"])
+                alone = timed(bucket, ring_link_bytes(nbytes, w), alone)(0.0)
             extra.append(max(0.0, measured_s - alone))
         if extra:
             out[w] = statistics.median(extra)
@@ -963,7 +965,7 @@ def _after_compute_rounds(rows: list[dict], backend: str) -> dict:
     for w in sorted({int(r["workers"]) for r in rounds}):
         for model in sorted({r["model"] for r in rounds if int(r["workers"]) == w}):
             mine = [r for r in rounds if int(r["workers"]) == w and r["model"] == model]
-            out.setdefault(w, {})[model] = {"bytes": int(mine[0]["bytes"]),
+            out.setdefault(w, {})[model] = {"bytes": int(mine[0]["bytes"]), "compute_s": float(mine[0]["after_compute_s"]),
                                             "measured_s": statistics.median(float(r["time_us"]) * 1e-6 for r in mine)}
     return out
 

@@ -662,8 +662,9 @@ def test_commbench_round_after_compute_gives_what_a_collective_pays_then(tmp_pat
     quick = {**after, "workers": 3, "time_us": 1.0}  # faster than the fit: nothing to add
     spec = network.commbench_network(commbench_rows(a, b) + [after, quick, {**after, "wrong": 1, "time_us": 9e9}],
                                      "box", "test data")
-    assert spec["data_after_compute"] == {2: {"tiny-resnet": {"bytes": n, "measured_s": pytest.approx(a + b * n + 3e-4)}},
-                                          3: {"tiny-resnet": {"bytes": n, "measured_s": pytest.approx(1e-6)}}}
+    assert spec["data_after_compute"] == {
+        2: {"tiny-resnet": {"bytes": n, "compute_s": 0.005, "measured_s": pytest.approx(a + b * n + 3e-4)}},
+        3: {"tiny-resnet": {"bytes": n, "compute_s": 0.005, "measured_s": pytest.approx(1e-6)}}}
     assert "right after every rank computed" in spec["sources"]["after_compute"]
     network.write_config(spec, tmp_path)
     c = network.load("box", tmp_path)
