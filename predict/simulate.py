@@ -1124,10 +1124,17 @@ def buffer_sync_s(profile: Profile, cluster: Cluster, workers: int, opts: Option
     keeps two buckets' broadcasts in flight: Gloo's process group runs them on its two worker
     threads at once (Gloo's binomial tree: a pair pays its rounds' start-ups once and both
     buckets' bytes), NCCL's stream one after another (its chain). The buffers are small, so the
-    emulated links' token buckets are left out here."""
+    emulated links' token buckets are left out here. With Gloo, where make commbench timed an
+    all-reduce right after compute at this worker count (`Cluster.after_compute_s`), the first
+    pair pays that too: it starts right after the update's compute, the stream idle since the
+    last bucket landed (a traced 2-worker local DDP run's forward, the broadcast in it, took
+    0.8 ms longer than BSP-A2A's, where the broadcast's fit gives 0.06 ms)."""
     sizes = profile.buffer_bytes
+    if not sizes:
+        return 0.0
     if opts.backend == "gloo":
-        return sum(cluster.broadcast_s(sum(sizes[i:i + 2]), workers, binomial=True) for i in range(0, len(sizes), 2))
+        return sum(cluster.broadcast_s(sum(sizes[i:i + 2]), workers, binomial=True) for i in range(0, len(sizes), 2)) \
+            + cluster.after_compute_s.get(workers, 0.0)
     return sum(cluster.broadcast_s(n, workers, binomial=False) for n in sizes)
 
 

@@ -168,6 +168,14 @@ def test_ddp_broadcasts_the_modules_buffers_before_every_forward():
             assert period("ddp", buffers, cluster, workers, backend=backend) == pytest.approx(bare + extra)
     # all-reduce methods other than DDP do not
     assert period("bsp-a2a", buffers, two_gpus()) == period("bsp-a2a", prof, two_gpus())
+    # where commbench found what a collective costs right after compute (0.3 s at 2 ranks), Gloo's
+    # broadcast, which starts right after the update, pays it once; NCCL's, measured by no such
+    # round, does not
+    after = replace(two_gpus(g=4), after_compute_s={2: 0.3})
+    bare = period("ddp", prof, after, 2, backend="gloo")
+    assert period("ddp", buffers, after, 2, backend="gloo") == pytest.approx(bare + 0.7501 + 0.3)
+    assert period("ddp", buffers, after, 2, backend="nccl") - period("ddp", prof, after, 2, backend="nccl") == \
+        pytest.approx(1.0001)
 
 
 def test_profiles_record_the_buffers_ddp_broadcasts(tmp_path):
