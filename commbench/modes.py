@@ -61,7 +61,7 @@ from ddlbench import hostcpu
 from ddlbench.commbench.collectives import pattern
 from ddlbench.commbench.worker import sizes, summarize, warm_up_and_plan
 from ddlbench.methods.bytescheduler import MAX_CHOICES, hear, tell
-from ddlbench.methods.grouped import fuse_by_threshold
+from ddlbench.methods.grouped import fuse_by_threshold, pack, unpack
 
 
 def groups(be, spec, emit) -> None:
@@ -211,20 +211,14 @@ def fusion(be, spec, emit) -> None:
                         pace_to(start, k, pace)
                     if ordered:  # rank 0 chooses, each other rank launches what it was told
                         g = [order_choice(control, be.rank, be.n, choice, k)]
-                    if buf is None:
-                        works.append(dist.all_reduce(grads[g[0]], async_op=True))
-                    else:
-                        torch.cat([grads[i] for i in g], out=buf)
-                        span.append(time.perf_counter())
-                        works.append(dist.all_reduce(buf, async_op=True))
+                    flat = grads[g[0]] if buf is None else pack([grads[i] for i in g], buf)  # as the methods do
+                    span.append(time.perf_counter())
+                    works.append(dist.all_reduce(flat, async_op=True))
                 for g, buf, w in zip(groups_, buffers, works):
                     w.wait()
                     span.append(time.perf_counter())
                     if buf is not None:  # copy the sums back into the gradients
-                        offset = 0
-                        for i in g:
-                            grads[i].copy_(buf[offset:offset + numels[i]])
-                            offset += numels[i]
+                        unpack(buf, [grads[i] for i in g])
                 be.sync()
                 return (span[0], span[-1]) if compute_s else None
 
