@@ -692,14 +692,14 @@ def after_compute_extra(cluster: "Cluster", data: dict, emulated: bool) -> dict:
     for ranks, models in (data or {}).items():
         w, extra = int(ranks), []
         for model, d in (models or {}).items():
-            nbytes, measured_s = int(d["bytes"]), float(d["measured_s"])
-            if w < 2 or nbytes < 1 or not measured_s > 0:
+            nbytes, measured_s, compute_s = int(d["bytes"]), float(d["measured_s"]), float(d.get("compute_s", 0))
+            if w < 2 or nbytes < 1 or not measured_s > 0 or not compute_s > 0:
                 raise ValueError(f"network {cluster.name!r}: data_after_compute {ranks} {model}: {d!r} is invalid; "
-                                 f"accepted: ranks >= 2, bytes >= 1, measured_s > 0")
+                                 f"accepted: ranks >= 2, bytes >= 1, measured_s > 0, compute_s > 0")
             alone = cluster.allreduce_s(nbytes, w, cluster.measured_algorithm)
             if emulated and cluster.inter.burst_bytes:
                 bucket = Bucket(cluster.inter)
-                bucket.tokens, bucket.idle_from = 0.0, -float(d["compute_s"])
+                bucket.tokens, bucket.idle_from = 0.0, -compute_s
                 alone = timed(bucket, ring_link_bytes(nbytes, w), alone)(0.0)
             extra.append(max(0.0, measured_s - alone))
         if extra:

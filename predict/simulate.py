@@ -604,7 +604,6 @@ class AllReduceComm:
         self.stream.submit((self.stream.timed(ring_link_bytes(nbytes, w), dur, extra_s), 0.0,
                             None if on_start is None else (lambda now, end: on_start(now)), on_done))
 
-
     def _ended(self, on_done):
         def ended() -> None:
             self.in_flight -= 1

@@ -672,10 +672,14 @@ def test_commbench_round_after_compute_gives_what_a_collective_pays_then(tmp_pat
     assert network.on_one_machine(c, 2).after_compute_s == c.after_compute_s
     assert "data_after_compute" not in network.commbench_network(commbench_rows(a, b), "box", "test data")
     bad = yaml.safe_load((tmp_path / "box.yaml").read_text())
-    bad["data_after_compute"][2]["tiny-resnet"]["measured_s"] = 0
-    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
-    with pytest.raises(ValueError, match="data_after_compute 2 tiny-resnet.*is invalid"):
-        network.load("bad", tmp_path)
+    for field, value in (("measured_s", 0), ("compute_s", None)):  # no compute: no refill to reckon with
+        wrong = yaml.safe_load(yaml.safe_dump(bad))
+        wrong["data_after_compute"][2]["tiny-resnet"][field] = value
+        if value is None:
+            del wrong["data_after_compute"][2]["tiny-resnet"][field]
+        (tmp_path / "bad.yaml").write_text(yaml.safe_dump(wrong))
+        with pytest.raises(ValueError, match="data_after_compute 2 tiny-resnet.*is invalid; accepted: .*compute_s > 0"):
+            network.load("bad", tmp_path)
 
 
 def test_auto_names_the_methods_tied_with_its_pick(monkeypatch, capsys):
