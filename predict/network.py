@@ -937,35 +937,34 @@ def _lane_speeds(rows: list[dict], backend: str, two: tuple[float, float], by_ra
 def _ordered_rounds(rows: list[dict], backend: str) -> dict:
     """{workers: {model: {messages, measured_s}}} from commbench's ordered rounds
     (`per_tensor_ordered`: a model's per-tensor all-reduces, each launched once rank 0's choice
-    arrived): the median over repeated records of the mean time. The leader's messages go one
-    at a time: Gloo sends one only once every follower has posted its receive, which it does
-    after launching what the last one said (2 local workers on 2 cores: 0.8-1.1 ms a choice in
-    a round, 0.12 ms with no all-reduce launched between choices)."""
-    rounds = [r for r in rows if r.get("mode") == "fusion" and r.get("strategy") == "per_tensor_ordered"
-              and r.get("dtype") == "fp32" and r.get("backend") == backend and r.get("time_us")
-              and r.get("messages") and not r.get("wrong") and "error" not in r]
-    out: dict = {}
-    for w in sorted({int(r["workers"]) for r in rounds}):
-        for model in sorted({r["model"] for r in rounds if int(r["workers"]) == w}):
-            mine = [r for r in rounds if int(r["workers"]) == w and r["model"] == model]
-            out.setdefault(w, {})[model] = {"messages": int(mine[0]["messages"]),
-                                            "measured_s": statistics.median(float(r["time_us"]) * 1e-6 for r in mine)}
-    return out
+    arrived; `_fusion_rounds`). The leader's messages go one at a time: Gloo sends one only once
+    every follower has posted its receive, which it does after launching what the last one said
+    (2 local workers on 2 cores: 0.8-1.1 ms a choice in a round, 0.12 ms with no all-reduce
+    launched between choices)."""
+    return _fusion_rounds(rows, backend, "per_tensor_ordered", messages=("messages", int))
 
 
 def _after_compute_rounds(rows: list[dict], backend: str) -> dict:
-    """{workers: {model: {bytes, measured_s}}} from commbench's rounds after compute
-    (`fused_after_compute`: a model's gradients as one all-reduce once every rank computed; each
-    round the time of the rank that arrived last, who waited for nobody): the median over
-    repeated records of the mean time."""
-    rounds = [r for r in rows if r.get("mode") == "fusion" and r.get("strategy") == "fused_after_compute"
+    """{workers: {model: {bytes, compute_s, measured_s}}} from commbench's rounds after compute
+    (`fused_after_compute`: a model's gradients as one all-reduce once every rank computed
+    `compute_s`; each round the time of the rank that arrived last, who waited for nobody;
+    `_fusion_rounds`)."""
+    return _fusion_rounds(rows, backend, "fused_after_compute", bytes=("bytes", int),
+                          compute_s=("after_compute_s", float))
+
+
+def _fusion_rounds(rows: list[dict], backend: str, strategy: str, **keep) -> dict:
+    """{workers: {model: {field: ..., measured_s}}} from commbench's fusion rounds of `strategy`
+    (fp32, `backend`, right), the median over repeated records of the mean time; `keep`: the
+    fields to keep, each as (the row's key, its type), from the first such record."""
+    rounds = [r for r in rows if r.get("mode") == "fusion" and r.get("strategy") == strategy
               and r.get("dtype") == "fp32" and r.get("backend") == backend and r.get("time_us")
-              and not r.get("wrong") and "error" not in r]
+              and all(r.get(key) for key, _ in keep.values()) and not r.get("wrong") and "error" not in r]
     out: dict = {}
     for w in sorted({int(r["workers"]) for r in rounds}):
         for model in sorted({r["model"] for r in rounds if int(r["workers"]) == w}):
             mine = [r for r in rounds if int(r["workers"]) == w and r["model"] == model]
-            out.setdefault(w, {})[model] = {"bytes": int(mine[0]["bytes"]), "compute_s": float(mine[0]["after_compute_s"]),
+            out.setdefault(w, {})[model] = {**{name: kind(mine[0][key]) for name, (key, kind) in keep.items()},
                                             "measured_s": statistics.median(float(r["time_us"]) * 1e-6 for r in mine)}
     return out
 
