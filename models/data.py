@@ -27,6 +27,8 @@ def seed_dropout(seed: int, rank: int, iteration: int, device: torch.device) -> 
     s = stream_seed(seed, rank, iteration)
     torch.default_generator.manual_seed(s)
     if device.type == "cuda":
+        if not torch.cuda.is_initialized():  # its generators exist once CUDA is (a run's model is on it by now)
+            torch.cuda.init()
         index = device.index if device.index is not None else torch.cuda.current_device()
         torch.cuda.default_generators[index].manual_seed(s)
 
