@@ -208,7 +208,7 @@ def load_profile(model: str, local_batch: int, one_worker: float | None, source:
     `one_worker` only if stated."""
     if source == "measured":
         prof = profile.measured(model, local_batch, device, threads=threads, sharers=sharers)
-        if profile.torch_device_type(device) == "cpu":  # the runtime's copies of fused messages there
+        if device == "cpu":  # the runtime's copies of fused messages there
             prof = prof.with_copy(*profile.measure_copy(device, threads))
         return prof if one_worker is None else prof.scaled(one_worker, f"{prof.source}, scaled to {one_worker:g} samples/s")
     if source != "derived":

@@ -71,10 +71,9 @@ class Profile:
     # packing a fused message's tensors into one buffer, or unpacking it (methods.grouped: one
     # torch.cat, then a copy_ per tensor), each `copy_tensor_s` per tensor and a read and a write
     # of its bytes at `copy_Bps`: the GPU's memory bandwidth by default (the roofline's device);
-    # on the CPU, measured (`measure_copy`), where the runtime's per-tensor calls cost the most
+    # on the CPU, measured (`measure_copy`, named in `source`), where the per-tensor calls cost the most
     copy_tensor_s: float = 0.0
     copy_Bps: float = GPU_MEM_BPS
-    copy_source: str = "the GPU's memory bandwidth (NVIDIA specification), no per-tensor cost"
 
     @property
     def compute_s(self) -> float:
@@ -120,7 +119,7 @@ class Profile:
         if not (tensor_s >= 0 and 0 < Bps < math.inf):
             raise ValueError(f"copy cost {tensor_s!r} s per tensor, {Bps!r} B/s is invalid; accepted: >= 0 s and a "
                              f"finite bandwidth > 0")
-        return replace(self, copy_tensor_s=tensor_s, copy_Bps=Bps, copy_source=source)
+        return replace(self, copy_tensor_s=tensor_s, copy_Bps=Bps, source=f"{self.source}; copies: {source}")
 
     def sync_factor(self, workers: int) -> float:
         """How much longer `workers` synchronised workers take to compute an iteration than one
@@ -320,18 +319,12 @@ def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, 
     cached = _read_cached(path) if cache else None
     if cached is not None:
         return cached
-    before = torch.get_num_threads()
-    if threads:
-        torch.set_num_threads(threads)
     tries = []
-    try:
-        with _neighbours(model, local_batch, threads, sharers - 1) as check:  # started once for every repeat
-            for _ in range(repeats):
-                out, whole = _measure(model, local_batch, dev, iters, warmup, WINDOW_S)
-                check()
-                tries.append(replace(out.scaled(local_batch / statistics.mean(whole), ""), iteration_s=whole))
-    finally:
-        torch.set_num_threads(before)
+    with torch_threads(threads), _neighbours(model, local_batch, threads, sharers - 1) as check:  # once for every repeat
+        for _ in range(repeats):
+            out, whole = _measure(model, local_batch, dev, iters, warmup, WINDOW_S)
+            check()
+            tries.append(replace(out.scaled(local_batch / statistics.mean(whole), ""), iteration_s=whole))
     out = sorted(tries, key=lambda p: p.compute_s)[len(tries) // 2]
     beside = f", beside {sharers - 1} more worker(s) running the same step on this machine's cores" if sharers > 1 else ""
     hooks = CUDA_HOOKS if dev.type == "cuda" else "hooks"
@@ -350,12 +343,6 @@ COPY_LAYOUTS = ((64, 16), (4, 1 << 21))
 COPY_REPEATS = 15
 
 
-def torch_device_type(device: str) -> str:
-    import torch
-
-    return torch.device(device).type
-
-
 def measure_copy(device: str = "cpu", threads: int | None = None, repeats: int = COPY_REPEATS) -> tuple[float, float, str]:
     """(seconds per tensor, bytes per second, source) of packing a fused message or unpacking it
     on `device` (the CPU; at `threads` intra-op threads, else this process's), timed with the
@@ -369,14 +356,11 @@ def measure_copy(device: str = "cpu", threads: int | None = None, repeats: int =
 
     from ddlbench.methods.grouped import pack, unpack
 
-    if torch_device_type(device) != "cpu":
+    if device != "cpu":
         raise ValueError(f"device {device!r} is not measured for copies; accepted: cpu (a GPU's are its memory "
                          f"bandwidth)")
-    before = torch.get_num_threads()
-    if threads:
-        torch.set_num_threads(threads)
-    try:
-        times = []
+    times = []
+    with torch_threads(threads):
         for k, n in COPY_LAYOUTS:
             tensors = [torch.ones(n) for _ in range(k)]
             buf = torch.empty(k * n)
@@ -387,8 +371,6 @@ def measure_copy(device: str = "cpu", threads: int | None = None, repeats: int =
                 unpack(buf, tensors)
                 laps.append((time.perf_counter() - t0) / 2)
             times.append(statistics.median(laps[1:]))
-    finally:
-        torch.set_num_threads(before)
     per_tensor, bps = fit_copy(COPY_LAYOUTS, times)
     (k1, n1), (k2, n2) = COPY_LAYOUTS
     source = (f"measured on the {device}{f' at {threads} threads' if threads else ''}: the runtime's pack and unpack "
@@ -407,6 +389,21 @@ def fit_copy(layouts, times_s: list[float]) -> tuple[float, float]:
     per_byte = max(1e-15, (k1 * times_s[1] - k2 * times_s[0]) / det)
     per_tensor = max(0.0, (times_s[0] * 2 * b2 - times_s[1] * 2 * b1) / det)
     return per_tensor, 1 / per_byte
+
+
+@contextmanager
+def torch_threads(threads: int | None):
+    """This process at `threads` intra-op threads (None or 0: as it is) for the block, as it was
+    after."""
+    import torch
+
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 @contextmanager
@@ -605,12 +602,10 @@ def machinery_s(model: str, local_batch: int, threads: int | None = None, sharer
     if kept is not None:
         return kept
     cpu = torch.device("cpu")
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
     queued = None
     mode = mp.get_context("spawn").Value("i", 0)
     try:
-        with _neighbours(model, local_batch, threads, sharers - 1, mode) as check:
+        with torch_threads(threads), _neighbours(model, local_batch, threads, sharers - 1, mode) as check:
             plain, opt = _workload(model, local_batch, cpu)
             queued = _Queued(model, local_batch)
             batches = [plain.make_batch(0, 0, b, cpu) for b in range(PROFILE_BATCHES)]
@@ -646,7 +641,6 @@ def machinery_s(model: str, local_batch: int, threads: int | None = None, sharer
     finally:
         if queued is not None:
             queued.close()
-        torch.set_num_threads(before)
     if not same:
         raise RuntimeError(f"profile: ByteScheduler's iterations of {model} did not train as plain SGD's did "
                            f"(a world of one must update every parameter as SGD does); its timing is not kept")
