@@ -198,8 +198,8 @@ shell: install
 # each; PS servers on hosts of their own), at each rate of BENCH_LINKS, plus one worker per rate:
 # BSP-A2A for the speedup, and the two ByteScheduler methods, whose one worker runs their whole
 # machinery (the predictor calibrates it from them), each with BENCH_ONE_REPEATS repeats (a repeat
-# is 8 steps of ~10 ms: the median over several outlasts a disturbed one; repeats keep the setup, so
-# the speedup still reads one worker's); records in $(RESULTS)/emulated, shown by
+# is BENCH_MEASURED_ITERS steps of ~5 ms: the median over several outlasts a disturbed one; repeats keep
+# the setup, so the speedup still reads one worker's); records in $(RESULTS)/emulated, shown by
 # `make figures RESULTS=$(RESULTS)/emulated`.
 BENCH_LINKS ?= 100mbit 1gbit
 BENCH_MODEL ?= tiny-resnet
@@ -210,11 +210,20 @@ BENCH_ONE_REPEATS ?= 6
 # workers on 2 cores a run's two probes were 23% apart at the median over a bench at 8 steps
 # (54% at most), 11% at 24 (23% at most).
 BENCH_PROBE_ITERS ?= 24
+# Each repeat times this many steps as one block, and each multi-worker run has BENCH_REPEATS of
+# them. The local profile's 8 steps are 40 ms of tiny-resnet on this machine: one disturbance of the
+# shared machine (a step at 13-20 ms in place of 6) moved a block by up to 45%, and two repeats of
+# the same run were 1366 and 742 samples/s. At 40 steps x 5 repeats the repeats of every run of a
+# local bench were within 10% of each other.
+BENCH_MEASURED_ITERS ?= 40
+BENCH_REPEATS ?= 5
 # The bench's two sweeps, given where they run ($(1): the launcher's overrides and results_dir).
 bench_many = $(PY) -m ddlbench --multirun method=$(ALL_METHODS) workers=2,4 model=$(BENCH_MODEL) $(1) \
-	profile.compute_probe_iters=$(BENCH_PROBE_ITERS) skip_recorded=true $(OVERRIDES)
+	profile.compute_probe_iters=$(BENCH_PROBE_ITERS) profile.measured_iters=$(BENCH_MEASURED_ITERS) \
+	profile.repeats=$(BENCH_REPEATS) skip_recorded=true $(OVERRIDES)
 bench_one = $(PY) -m ddlbench --multirun method=bsp-a2a,bytescheduler-ps,bytescheduler-a2a workers=1 \
-	model=$(BENCH_MODEL) profile.repeats=$(BENCH_ONE_REPEATS) $(1) skip_recorded=true $(OVERRIDES)
+	model=$(BENCH_MODEL) profile.measured_iters=$(BENCH_MEASURED_ITERS) profile.repeats=$(BENCH_ONE_REPEATS) \
+	$(1) skip_recorded=true $(OVERRIDES)
 bench-emulated: install
 	@for link in $(BENCH_LINKS); do \
 		$(call bench_many,launcher=emulated launcher.nodes=4 launcher.link=$$link results_dir=$(RESULTS)/emulated) || exit $$?; \
