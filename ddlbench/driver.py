@@ -27,8 +27,15 @@ untouched) after one untimed, each step timed by host stamps after a device sync
 It is what one worker's compute takes beside the others, then: on a shared machine that drifts
 over minutes, so a profile measured apart from the run mistimes it (`compute_probe_s`: the
 workers' mean step per repeat; `compute_probe_iter_s`: rank 0's steps; a `probe` span per
-repeat in the trace). The predictor's validation calibrates its compute from it; it is no
-multi-worker result (nothing communicates) and never enters the throughput.
+repeat in the trace). Then as many steps again in lock-step: every step starts after a barrier,
+as a BSP iteration's compute starts when the last communication has landed, and each counts
+what its slowest worker took (`compute_probe_lockstep_s`: their mean per repeat). That is what
+W workers' compute costs an iteration that waits for all of them: on shared cores a worker slowed
+by its neighbours is slow because they ran, so their steps are no independent draws (4 workers on
+2 cores: 0.97-1.25 times the mean free-running step in lock-step, where the maximum of 4 draws
+from a worker's steps gave 1.3-2.0).
+The predictor's validation calibrates its compute from both; they are no multi-worker result
+(nothing communicates but the barrier, outside every timed step) and never enter the throughput.
 """
 from __future__ import annotations
 
@@ -60,6 +67,7 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
     thread_ms: list[dict] = []
     probe_s: list[float] = []
     probe_iter_s: list[float] = []
+    probe_lockstep_s: list[float] = []
     iteration = 0
 
     def one() -> None:
@@ -70,9 +78,10 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
 
     for repeat in range(p.repeats):
         if probe is not None:
-            steps = probe.run(ctx, batches, tracer, iteration, repeat)
+            steps, lockstep = probe.run(ctx, batches, tracer, iteration, repeat)
             probe_iter_s += steps
             probe_s.append(sum(steps) / len(steps))
+            probe_lockstep_s.append(sum(lockstep) / len(lockstep))
         last = time.perf_counter()
         for i in range(p.warmup_iters):
             one()
@@ -114,7 +123,8 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
         "host_busy_cores": busy_cores,
         "thread_cpu_ms_per_iter": thread_ms,
         **({"compute_probe_s": [t / ctx.world for t in _over_ranks(probe_s, ctx, dist.ReduceOp.SUM)],
-            "compute_probe_iter_s": probe_iter_s} if probe is not None else {}),
+            "compute_probe_iter_s": probe_iter_s, "compute_probe_lockstep_s": probe_lockstep_s}
+           if probe is not None else {}),
         **numerics(ctx.device),
     }
 
@@ -128,21 +138,32 @@ class _Probe:
         self.model = copy.deepcopy(workload.model)
         self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.optimizer.lr, momentum=cfg.optimizer.momentum)
 
-    def run(self, ctx, batches: list, tracer, iteration: int, repeat: int) -> list[float]:
-        """One probe: the seconds of each timed step."""
+    def run(self, ctx, batches: list, tracer, iteration: int, repeat: int) -> tuple[list[float], list[float]]:
+        """One probe: the seconds of each free-running step (this worker's), and of each
+        lock-step step (its slowest worker's)."""
         _slowest_rank([0.0], ctx)  # every worker starts it together: each is timed beside the others
         t0_us = tracer.now_us()
         stamps = []  # (the run's own iterations seed their dropout each, as `one` does)
         for i in range(self.iters + 1):  # the first untimed
-            loss = self.workload.loss(self.model, batches[i % len(batches)])
-            loss.backward()
-            self.opt.step()
-            self.opt.zero_grad()
-            _sync(ctx.device)
+            self._step(ctx, batches[i % len(batches)])
             stamps.append(time.perf_counter())
+        lockstep = []
+        for i in range(self.iters):
+            _slowest_rank([0.0], ctx)  # a barrier: the step starts when every worker's last one is done
+            t0 = time.perf_counter()
+            self._step(ctx, batches[i % len(batches)])
+            lockstep.append(time.perf_counter() - t0)
+        lockstep = _slowest_rank(lockstep, ctx)
         tracer.complete("compute probe", "probe", t0_us, tracer.now_us(),
                         {"iter": iteration, "iters": self.iters, "repeat": repeat})
-        return [b - a for a, b in zip(stamps, stamps[1:])]
+        return [b - a for a, b in zip(stamps, stamps[1:])], lockstep
+
+    def _step(self, ctx, batch) -> None:
+        loss = self.workload.loss(self.model, batch)
+        loss.backward()
+        self.opt.step()
+        self.opt.zero_grad()
+        _sync(ctx.device)
 
 
 def _tick(progress, heartbeat, repeat: int, i: int, since: float) -> float:

@@ -116,6 +116,7 @@ def test_the_compute_probe_times_steps_before_each_repeat_and_leaves_the_run_as_
     probed, params, events = run(3)
     assert params == pytest.approx(plain_params, rel=1e-9)
     assert len(probed["compute_probe_s"]) == 2 and len(probed["compute_probe_iter_s"]) == 6
+    assert len(probed["compute_probe_lockstep_s"]) == 2 and all(t > 0 for t in probed["compute_probe_lockstep_s"])
     for r in range(2):  # one worker: the workers' mean step is its own
         assert probed["compute_probe_s"][r] == pytest.approx(sum(probed["compute_probe_iter_s"][3 * r:3 * r + 3]) / 3)
     assert all(t > 0 for t in probed["compute_probe_iter_s"])

@@ -1,0 +1,56 @@
+"""The driver's compute probe across two worker processes (Gloo on this host): its lock-step
+steps count the slowest worker's step, its free-running ones each worker's own."""
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import textwrap
+
+from helpers import REPO
+
+SLOW_S = 0.15  # rank 1's extra time in each of its steps: far beyond a tiny-resnet step of batch 2
+
+PROBE = textwrap.dedent(f"""
+    import dataclasses, json, sys, time, torch, torch.distributed as dist
+    from ddlbench import config, driver, methods, models
+    from ddlbench.trace import Tracer
+    rank = int(sys.argv[1])
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + sys.argv[2], rank=rank, world_size=2)
+    cfg = config.resolve(config._compose(["method=bsp-a2a", "model=tiny-resnet", "workers=2", "local_batch=2",
+                                          "profile.compute_probe_iters=2"]))
+    real = models.build(cfg.model, cfg.local_batch, cfg.seed)
+
+    def loss(model, batch):
+        if rank == 1:
+            time.sleep({SLOW_S})
+        return real.loss(model, batch)
+
+    w = dataclasses.replace(real, loss=loss)
+    ctx = methods.Context(rank=rank, world=2, device=torch.device("cpu"), tracer=Tracer(rank), workload=w,
+                          seed=cfg.seed)
+    batches = [w.make_batch(cfg.seed, rank, b, ctx.device) for b in range(2)]
+    free, lockstep = driver._Probe(w, cfg).run(ctx, batches, ctx.tracer, 0, 0)
+    print(json.dumps({{"free": free, "lockstep": lockstep}}), flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+""")
+
+
+def test_the_lockstep_probe_counts_each_steps_slowest_worker():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    procs = [subprocess.Popen([sys.executable, "-c", PROBE, str(r), port], cwd=REPO, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for r in range(2)]
+    outs = [p.communicate(timeout=180) for p in procs]
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-2000:]
+    fast, slow = (json.loads(out.strip().splitlines()[-1]) for out, _ in outs)
+    assert len(fast["free"]) == len(fast["lockstep"]) == 2
+    # free-running, each worker times its own steps: the fast one's are its own
+    assert all(t >= SLOW_S for t in slow["free"]) and all(t < SLOW_S for t in fast["free"])
+    # in lock-step, both report each step's slowest worker: the fast one waited for it
+    assert fast["lockstep"] == slow["lockstep"]
+    assert all(t >= SLOW_S for t in fast["lockstep"])
