@@ -327,17 +327,21 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
     """Over our own records with a known network: ({method: [(predicted, measured)]} with the
     workers sharing this machine, the same as if each had it alone, the per-run rows
     (method, network, workers, predicted, measured, MG-WFBP's plan check, where the compute came
-    from: "probe" or "profile") of the first, {(model, batch, method, network): ByteScheduler's
-    calibrated machinery per unit in seconds}, and the first again with every run's compute
-    from the bench-end profile, probe or not).
+    from: "lock-step", "probe" or "profile") of the first, {(model, batch, method, network): ByteScheduler's
+    calibrated machinery per unit in seconds}, and the first again with other calibrations:
+    {"profile": every run's compute from the bench-end profile, probe or not; "spread": a
+    lock-step probe's run with its free-running steps' mean and spread instead, as records
+    before it had (the others as the first)}).
 
     The setup's one-worker throughput: every one-worker run of a method that only computes at
     one worker (`compute_only_at_one_worker`), on any network (one worker sends nothing), same
     model, batch, device and backend. Every worker of a run here shared this machine's cores
     (local runs, and the emulated cluster's namespaces), so one worker's compute is what it got
     beside the others: where the run has a compute probe (`probe_compute_s`: each repeat began
-    with every worker timing training steps alone, at once, with nothing communicating), that
-    step, and its steps' spread is what the W workers wait for (`Profile.sync_factor`); else the
+    with every worker timing training steps alone, at once, with nothing communicating), the
+    slowest worker's step of its lock-step steps (`probe_lockstep_s`: what the W workers' compute
+    costs an iteration that waits for all of them), or in records before those, its mean step,
+    with its steps' spread as what the W workers wait for (`Profile.sync_factor`); else the
     one-worker throughput rescaled by the ratio of two profiles, one worker alone at the
     one-worker run's threads against one worker beside W-1 others at the W-worker run's threads
     (`setup_profiles`: profile.measured, sharers=W; no communication runs in either), measured
@@ -363,7 +367,8 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
         if r["workers"] == 1 and r["method"] in simulate.METHODS:
             link = one_worker_link(r["method"], record_network(r) or local_network)
             own[(*setup_key(r), r["method"], link)].append(r)
-    shared, alone, runs, units, profiled = defaultdict(list), defaultdict(list), [], {}, defaultdict(list)
+    shared, alone, runs, units = defaultdict(list), defaultdict(list), [], {}
+    others = {"profile": defaultdict(list), "spread": defaultdict(list)}
     for r, base in setups(recs):
         net = record_network(r) or local_network
         if net is None:
@@ -393,7 +398,14 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
         probe = probe_compute_s(r)
         if probe:
             at_run = (r["local_batch"] / x1) / probe
-            calibrations["probe"] = (r["local_batch"] / probe, unit_s / at_run, machinery, r["compute_probe_iter_s"])
+            # the W workers' compute as an iteration waits for it: the lock-step probe's slowest
+            # step where it ran one, else the free-running steps' spread (independent draws)
+            lockstep = probe_lockstep_s(r)
+            calibrations["probe"] = (r["local_batch"] / (lockstep or probe), unit_s / at_run, machinery,
+                                     [] if lockstep else r["compute_probe_iter_s"])
+            if lockstep:  # beside it, what the free-running steps' spread, as independent draws, gives
+                calibrations["spread"] = (r["local_batch"] / probe, unit_s / at_run, machinery,
+                                          r["compute_probe_iter_s"])
         source = "probe" if probe else "profile"  # the prediction of the workers sharing the cores
         pair = {}
         # ByteScheduler's machinery: a delay on its own update path (calibrated from its one-worker
@@ -415,10 +427,12 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
                     f"other: {len(own_plan.messages)} groups, the run {len(run_groups)}"
                 if group_bytes(given, prof) != run_groups:
                     plan += f"; timed: {len(given.messages)} groups, not the run's"
-        for pairs, name in ((shared, source), (profiled, "profile"), (alone, "alone")):
+        for pairs, name in ((shared, source), (others["profile"], "profile"), (alone, "alone"),
+                            (others["spread"], "spread" if "spread" in pair else source)):
             pairs[r["method"]].append(pair[name])
-        runs.append((r["method"], net, r["workers"], *pair[source], plan, source))
-    return shared, alone, runs, units, profiled
+        runs.append((r["method"], net, r["workers"], *pair[source], plan,
+                     "lock-step" if "spread" in pair else source))
+    return shared, alone, runs, units, others
 
 
 def probe_compute_s(rec: dict) -> float | None:
@@ -427,6 +441,17 @@ def probe_compute_s(rec: dict) -> float | None:
     none."""
     steps = rec.get("compute_probe_s")
     return statistics.mean(steps) if steps and rec.get("compute_probe_iter_s") else None
+
+
+def probe_lockstep_s(rec: dict) -> float | None:
+    """The run's lock-step probe (driver): the mean over its repeats of the slowest worker's
+    training step, every step started together, in seconds; None where it ran none (records
+    before it). It is the compute an iteration of W synchronised workers waits for, measured:
+    on shared cores a worker is slow because its neighbours ran, so the maximum of W independent
+    draws from the free-running steps (`Profile.sync_factor`) made that wait 1.3-2.0 times the
+    mean step at 4 workers on 2 cores, where the lock-step steps took 0.97-1.25 times it."""
+    steps = rec.get("compute_probe_lockstep_s")
+    return statistics.mean(steps) if steps and probe_compute_s(rec) else None
 
 
 REFERENCE = "bsp-a2a"  # the speedup's baseline method: every other run is also judged against it
@@ -543,7 +568,7 @@ def main(argv=None) -> int:
     print("\nWhat dominates each prediction at 32 workers (then the largest exposed communication cost):")
     print(markdown(["method"] + models, [[m] + [s["dominant"][(model, m)] for model in models] for m in STUDY_METHODS]))
 
-    shared, alone, runs, units, profiled = local(a.results, a.local_network)
+    shared, alone, runs, units, others = local(a.results, a.local_network)
     print(f"\nAgainst real runs under {a.results}:")
     if not shared:
         print("  none with a known network: runs need a one-worker run of their setup and a network "
@@ -552,15 +577,20 @@ def main(argv=None) -> int:
     print("(workers sharing this machine's cores: one worker's compute as the run's own compute probe timed it, "
           "where it ran one, else the one-worker throughput rescaled by a profile measured beside W-1 other "
           "workers as the bench finished (also shown alone, 'bench-end profile'); alone: as if each worker had "
-          "the one-worker run's machine to itself)")
+          "the one-worker run's machine to itself; a run's compute is its lock-step probe's slowest step where "
+          "it ran one ('lock-step'), else its free-running steps' mean, their spread as independent draws for "
+          "the wait, shown beside the first for every lock-step run too ('free steps'))")
     apart = spread(a.results, a.again) if a.again else {}
     rel = relative(runs)
-    print(markdown(["method", "runs", "median APE, sharing (target <= 10%)", "probed runs",
-                    "median APE, sharing, bench-end profile", "median APE, alone",
+    print(markdown(["method", "runs", "median APE, sharing (target <= 10%)", "probed runs", "lock-step",
+                    "median APE, sharing, free steps", "median APE, sharing, bench-end profile", "median APE, alone",
                     f"median APE of samples/s over {REFERENCE}'s (sharing)"]
                    + ([f"median apart from {a.again} (runs)"] if a.again else []),
-                   [[m, len(ps), f"{simulate.mape(ps):.1%}", sum(1 for r in runs if r[0] == m and r[-1] == "probe"),
-                     f"{simulate.mape(profiled[m]):.1%}", f"{simulate.mape(alone[m]):.1%}",
+                   [[m, len(ps), f"{simulate.mape(ps):.1%}",
+                     sum(1 for r in runs if r[0] == m and r[-1] in ("probe", "lock-step")),
+                     sum(1 for r in runs if r[0] == m and r[-1] == "lock-step"),
+                     f"{simulate.mape(others['spread'][m]):.1%}",
+                     f"{simulate.mape(others['profile'][m]):.1%}", f"{simulate.mape(alone[m]):.1%}",
                      f"{statistics.median(rel[m]):.1%}" if rel.get(m) else "-"]
                     + ([f"{statistics.median(apart[m]):.1%} ({len(apart[m])})" if apart.get(m) else "-"]
                        if a.again else [])

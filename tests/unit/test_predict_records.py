@@ -246,8 +246,9 @@ def test_validation_pools_one_worker_runs_and_calibrates_bytescheduler_from_its_
 
 def test_validation_takes_one_workers_compute_from_the_runs_own_probe_where_it_has_one(tmp_path, monkeypatch):
     """A run with a compute probe (driver: profile.compute_probe_iters) is predicted with the
-    compute the probe timed beside the other workers, and the spread of its steps; the bench-end
-    profile's prediction is kept beside it; a run without one is predicted from the profile."""
+    compute the probe timed beside the other workers, and the spread of its steps, or where it
+    also ran lock-step steps, their slowest worker's step and no spread; the bench-end profile's
+    prediction is kept beside it; a run without one is predicted from the profile."""
     import importlib.util
 
     from ddlbench import record
@@ -268,24 +269,35 @@ def test_validation_takes_one_workers_compute_from_the_runs_own_probe_where_it_h
     record.write(tmp_path, {**_measured("bsp-a2a", 2, 100.0), **base, "compute_probe_s": [0.14, 0.16],
                             "compute_probe_iter_s": steps})
     record.write(tmp_path, {**_measured("bsp-a2a", 4, 100.0), **base})  # no probe: from the profile
+    # lock-step steps: each the slowest worker's, which the iteration waits for
+    record.write(tmp_path, {**_measured("wfbp-a2a", 2, 100.0), **base, "compute_probe_s": [0.14, 0.16],
+                            "compute_probe_iter_s": steps, "compute_probe_lockstep_s": [0.2, 0.22]})
 
-    def predicted(workers, one, spread, copies=True):
+    def predicted(workers, one, spread, copies=True, method="bsp-a2a"):
         prof = replace(cli.load_profile("tiny-resnet", 8, one), iteration_s=spread)
         if copies:
             share = max(1, workers / 2)
             prof = prof.with_copy(2e-5 * share, 1e9 / share, "fixed")
         opts = cli.study_opts("local", "ddlbench", backend="gloo")
-        return cli.predict("tiny-resnet", [workers], "loopback", ("bsp-a2a",), 8, one, opts, explain=False,
-                           prof=prof)[0][("bsp-a2a", workers)].samples_per_sec
-    shared, alone, runs, _, profiled = validation.local(str(tmp_path), "loopback")
-    by_workers = {w: (p, source) for _, _, w, p, _, _, source in runs}
+        return cli.predict("tiny-resnet", [workers], "loopback", (method,), 8, one, opts, explain=False,
+                           prof=prof)[0][(method, workers)].samples_per_sec
+    shared, alone, runs, _, others = validation.local(str(tmp_path), "loopback")
+    by_workers = {w: (p, source) for method, _, w, p, _, _, source in runs if method == "bsp-a2a"}
+    lockstep = [(p, source) for method, _, _, p, _, _, source in runs if method == "wfbp-a2a"]
+    assert lockstep == [(pytest.approx(predicted(2, 8 / 0.21, [], method="wfbp-a2a")), "lock-step")]
+    # beside it, the free-running steps' mean and spread, as a probe without lock-step steps gives
+    assert [p for p, _ in others["spread"]["wfbp-a2a"]] == [pytest.approx(predicted(2, 8 / 0.15, steps,
+                                                                                      method="wfbp-a2a"))]
+    # (the free-running steps' spread would wait 0.1875 s a step: E[max of 2 draws])
+    assert lockstep[0][0] < predicted(2, 8 / 0.15, steps, method="wfbp-a2a")
     assert by_workers[2] == (pytest.approx(predicted(2, 8 / 0.15, steps)), "probe")
     assert by_workers[4] == (pytest.approx(predicted(4, 100.0, fixed.iteration_s)), "profile")
     assert by_workers[2][0] < predicted(2, 100.0, fixed.iteration_s)  # the probe's slower compute
     assert by_workers[2][0] < predicted(2, 8 / 0.15, steps, copies=False)  # and the CPU's copies
-    assert sorted(p for p, _ in profiled["bsp-a2a"]) == pytest.approx(sorted(
+    assert sorted(p for p, _ in others["profile"]["bsp-a2a"]) == pytest.approx(sorted(
         [predicted(2, 100.0, fixed.iteration_s), predicted(4, 100.0, fixed.iteration_s)]))
-    assert sorted(p for p, _ in shared["bsp-a2a"]) == pytest.approx(sorted(p for _, _, _, p, *_ in runs))
+    assert sorted(p for p, _ in shared["bsp-a2a"]) == pytest.approx(sorted(p for m, _, _, p, *_ in runs
+                                                                          if m == "bsp-a2a"))
     assert validation.probe_compute_s({"compute_probe_s": [], "compute_probe_iter_s": []}) is None
 
 
