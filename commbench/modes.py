@@ -37,7 +37,12 @@ should be otherwise idle), and `cores`; then the same bursts with one push every
 --fusion-pace-ms (`pace_s`), as backward spaces its gradients. Where workers and servers share
 one machine's cores (a local run, the emulated cluster), that CPU is taken from the workers'
 compute: the predictor charges it there (network.HostCpu), at the paced bursts' cost where
-there are some.
+there are some. Then, for each --fusion-models model, its gradients as one push/pull (up to one
+partition) after every worker computed AFTER_COMPUTE_S, back to back with no barrier, each round
+timed by the worker that arrived last (`push_pull_after_compute`, `after_compute_s`, `model`):
+what a PS round costs after compute beyond one back to back (network.Cluster.ps_after_compute_s;
+two local workers, tiny-resnet's 312 KB: a traced BSP-PS run's round took 1.6 ms, the
+back-to-back rounds' fit gives 0.9).
 Where every rank is a process of this one host (`spec["one_host"]`: not across emulated hosts or
 Slurm nodes), the same bursts again through the per-machine topology a local run of W workers
 has (methods.ps_node: the W workers one node, its leader pushing once per key): each key's
@@ -296,8 +301,9 @@ def _ps_context(be, workers):
 
 
 def _ps_report(be, spec, emit, workers, collective: str, wrong: int, times: list[float], nbytes: int,
-               **extra) -> None:
-    """One ps row: the elements wrong on all workers, the slowest worker's mean time."""
+               last_arrival: bool = False, **extra) -> None:
+    """One ps row: the elements wrong on all workers, the slowest worker's mean time (or, with
+    `last_arrival`, each round's shortest: the worker that came last waited for nobody)."""
     import torch.distributed as dist
 
     W = be.n - 1
@@ -305,9 +311,10 @@ def _ps_report(be, spec, emit, workers, collective: str, wrong: int, times: list
     dist.all_reduce(wrong, group=workers)
     everyone = [None] * W
     dist.all_gather_object(everyone, times, group=workers)
+    timed = [min(ts) for ts in zip(*everyone)] if last_arrival else max(everyone, key=lambda ts: sum(ts) / len(ts))
     emit({"mode": "ps", "collective": collective, "dtype": "fp32", "device": spec["device"], "workers": W,
           "servers": 1, "wire": "zmq", "partition_bytes": PS_PARTITION_BYTES, **extra, "wrong": int(wrong.item()),
-          **summarize(max(everyone, key=lambda ts: sum(ts) / len(ts)), nbytes, "push_pull", W)})
+          **summarize(timed, nbytes, "push_pull", W)})
 
 
 def _share(workers):
@@ -377,7 +384,13 @@ def _ps_rounds_and_bursts(be, spec, emit, workers, layout) -> None:
     pp = ps_zmq.TRANSPORT(ctx, layout, PS_PARTITION_BYTES)
     todo = [n for n in sizes(spec) if n <= PS_PARTITION_BYTES]  # one partition each: what the fit reads
     bursts = [[len(todo) + j * PS_BURST_KEYS + k for k in range(PS_BURST_KEYS)] for j in range(len(PS_BURST_BYTES))]
-    pp.prepare([max(1, n // 4) for n in todo] + [n // 4 for n in PS_BURST_BYTES for _ in range(PS_BURST_KEYS)])
+    after_s = float(spec.get("after_compute_s") or 0.0)
+    # after compute: each fusion model's gradients as one message, up to one partition
+    after = [(model, min(4 * sum(gradient_numels(model)), PS_PARTITION_BYTES))
+             for model in (spec.get("fusion_models") or [] if after_s else [])]
+    first_after = len(todo) + len(PS_BURST_BYTES) * PS_BURST_KEYS
+    pp.prepare([max(1, n // 4) for n in todo] + [n // 4 for n in PS_BURST_BYTES for _ in range(PS_BURST_KEYS)]
+               + [n // 4 for _, n in after])
     it = 0
 
     def report(collective: str, wrong: int, times: list[float], nbytes: int, **extra) -> None:
@@ -409,6 +422,28 @@ def _ps_rounds_and_bursts(be, spec, emit, workers, layout) -> None:
         # every key pushed ones by every worker: their average is ones
         report("push_pull_burst", sum(int((x != 1).sum().item()) for x in xs), times, nbytes * len(keys),
                keys=len(keys), key_bytes=nbytes, warmup=warmup, **fields)
+        it += warmup + len(times)
+    for m, (model, nbytes) in enumerate(after):
+        # as BSP-PS pushes its fused gradients: after every worker computed, the rounds back to back
+        # with no barrier (the pulls keep the workers in step, as a run's iterations), each round
+        # timed by the worker that arrived last (`_ps_report`'s last_arrival)
+        x = torch.ones(nbytes // 4, device=be.device)
+
+        def after_once() -> float:
+            nonlocal it
+            compute_for(after_s, be.device)
+            t0 = time.perf_counter()
+            pp.reduce_async(x, iteration=it, tensors=["x"], group=first_after + m).wait()
+            it += 1
+            return time.perf_counter() - t0
+
+        dist.barrier(group=workers)
+        warmup, iters = warm_up_and_plan(after_once, spec.get("seconds_per_size", 0), _share(workers), be.rank == 0,
+                                         spec["warmup"], spec["iters"] * AFTER_COMPUTE_ROUNDS)
+        times = [after_once() for _ in range(iters)]
+        # every round pushed ones by every worker: their average is ones
+        report("push_pull_after_compute", int((x != 1).sum().item()), times, nbytes, last_arrival=True, model=model,
+               after_compute_s=after_s, warmup=warmup)
     pp.close()
 
 

@@ -178,15 +178,20 @@ class Cluster:
                                      # (caches and threads as compute left them), where make commbench
                                      # timed one so at that many ranks in this config's own placement
                                      # (`data_after_compute`, `after_compute_extra`); else 0
+    ps_after_compute_s: dict = field(default_factory=dict)  # workers -> what a PS round that starts
+                                     # after the workers computed costs beyond the same round back to
+                                     # back, where make commbench timed one so with that many workers
+                                     # in this config's own placement (`data_ps_after_compute`,
+                                     # `ps_after_compute_extra`); else 0
 
     def measured_here(self, same_placement: bool) -> dict:
         """What was measured in this config's own placement (`measured`, `lane_speed`, `order_s`,
-        `after_compute_s`), as fields for `replace`: kept for a cluster in the same placement,
-        dropped for any other."""
+        `after_compute_s`, `ps_after_compute_s`), as fields for `replace`: kept for a cluster in the
+        same placement, dropped for any other."""
         if same_placement:
             return {"measured": self.measured, "lane_speed": self.lane_speed, "order_s": self.order_s,
-                    "after_compute_s": self.after_compute_s}
-        return {"measured": {}, "lane_speed": {}, "order_s": {}, "after_compute_s": {}}
+                    "after_compute_s": self.after_compute_s, "ps_after_compute_s": self.ps_after_compute_s}
+        return {"measured": {}, "lane_speed": {}, "order_s": {}, "after_compute_s": {}, "ps_after_compute_s": {}}
 
     def nodes(self, workers: int) -> tuple[int, int]:
         """(machines m, GPUs per machine g) for `workers` workers, filling nodes g at a time."""
@@ -576,6 +581,8 @@ def load(name: str, directory: Path | None = None) -> Cluster:
         cluster.order_s.update(ordered_choices(cluster, spec["data_order"], rate_bps is not None))
     if inter is not None and spec.get("data_after_compute"):
         cluster.after_compute_s.update(after_compute_extra(cluster, spec["data_after_compute"], rate_bps is not None))
+    if spec.get("data_ps_after_compute"):
+        cluster.ps_after_compute_s.update(ps_after_compute_extra(cluster.name, spec["data_ps_after_compute"]))
     return cluster
 
 
@@ -707,6 +714,28 @@ def after_compute_extra(cluster: "Cluster", data: dict, emulated: bool) -> dict:
     return out
 
 
+def ps_after_compute_extra(name: str, data: dict) -> dict:
+    """{workers: seconds} that a PS round right after compute costs beyond the same round back to
+    back, from make commbench's ps rounds after compute (`data_ps_after_compute`: each model's
+    gradients as one push/pull, `measured_s` the worker that arrived last's time, `back_to_back_s`
+    the same workers' rounds back to back at that size); the median over models, none below 0.
+    On an emulated link the back-to-back rounds had drained its token bucket, which the rounds
+    after compute found refilled: there the extra is what remains beyond the bucket's gift (less
+    than the cold start costs, never more)."""
+    out = {}
+    for workers, models in (data or {}).items():
+        w, extra = int(workers), []
+        for model, d in (models or {}).items():
+            measured_s, alone_s = float(d["measured_s"]), float(d["back_to_back_s"])
+            if w < 1 or not measured_s > 0 or not alone_s > 0:
+                raise ValueError(f"network {name!r}: data_ps_after_compute {workers} {model}: {d!r} is invalid; "
+                                 f"accepted: workers >= 1, measured_s > 0, back_to_back_s > 0")
+            extra.append(max(0.0, measured_s - alone_s))
+        if extra:
+            out[w] = statistics.median(extra)
+    return out
+
+
 def _lane_speed(spec, name: str) -> dict:
     """{ranks: speed} from `lane_speed_by_ranks:` under `inter: allreduce:` (make commbench's
     fusion mode), else {}."""
@@ -813,6 +842,16 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
             f"the median over repeated records of its mean (data_after_compute), less the predictor's time for it "
             f"on idle links: what a collective that starts after compute pays beyond (network.after_compute_extra)")
         out["data_after_compute"] = after
+    ps_after = _ps_after_compute_rounds(rows)
+    if ps_after:
+        out["sources"]["ps_after_compute"] = (
+            f"{source}: commbench's ps rounds after compute (push_pull_after_compute: each fusion model's "
+            f"gradients as one push/pull once every worker computed), the time of the worker that arrived last, "
+            f"the median over repeated records of its mean (data_ps_after_compute: measured_s), against the same "
+            f"workers' rounds back to back at that size (back_to_back_s: their fit t = a + b n): what a PS round that "
+            f"starts after compute pays beyond (network.ps_after_compute_extra)")
+        out["data_ps_after_compute"] = ps_after
+        out["inter"]["allreduce"]["one_machine"] = shared_cores  # measured in the placement the rounds had
     ps = _ps_fit(rows)
     if ps is not None:
         (alpha, beta, ps_sizes, ps_times, partition) = ps
@@ -1107,6 +1146,30 @@ def _fit_sizes(rows: list[dict]):
     if len(sizes) < 2:
         return None
     return (sizes, times, *fit_alpha_beta(sizes, times))
+
+
+def _ps_after_compute_rounds(rows: list[dict]) -> dict:
+    """{workers: {model: {bytes, compute_s, measured_s, back_to_back_s}}} from commbench's ps
+    rounds after compute (`push_pull_after_compute`, right), the median over repeated records of
+    the mean time, beside what the same workers' back-to-back rounds give at that size (their
+    sizes' fit, `_fit_sizes`); a worker count without back-to-back rounds is left out."""
+    ok = [r for r in rows if r.get("mode") == "ps" and not r.get("wrong") and "error" not in r and r.get("time_us")]
+    out: dict = {}
+    for w in sorted({r["workers"] for r in ok if r.get("collective") == "push_pull_after_compute"}):
+        fit = _fit_sizes([r for r in ok if r["workers"] == w and r.get("collective") == "push_pull"
+                          and r["bytes"] <= r.get("partition_bytes", 4_096_000)])
+        if fit is None:
+            continue
+        a, b = fit[2], fit[3]
+        after = [r for r in ok if r["workers"] == w and r.get("collective") == "push_pull_after_compute"]
+        for model in sorted({r["model"] for r in after}):
+            of_model = [r for r in after if r["model"] == model]
+            nbytes = int(of_model[0]["bytes"])
+            out.setdefault(w, {})[model] = {
+                "bytes": nbytes, "compute_s": float(of_model[0]["after_compute_s"]),
+                "measured_s": statistics.median(float(r["time_us"]) * 1e-6 for r in of_model),
+                "back_to_back_s": a + b * nbytes}
+    return out
 
 
 def _ps_fit(rows: list[dict]):

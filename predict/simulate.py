@@ -55,7 +55,10 @@ but for PS on the emulated cluster's links, below):
   which stays in step), and with m machines and one server holding the whole gradient (n bytes
   at beta) BSP-PS's period is the compute plus (m + 1) n beta, not 2 m n beta. Stack "study": with one machine BytePS is not distributed
   (DMLC_NUM_WORKER=1), so only the node's reduce and broadcast run; ddlbench's runtime pushes
-  through the servers even then (stack "ddlbench");
+  through the servers even then (stack "ddlbench"). A machine's push when its PS rounds idled
+  AFTER_COMPUTE_IDLE_S also pays what make commbench found a push/pull round costs right after
+  compute beyond the same round back to back, where it timed one with the run's worker count in
+  the run's placement (`Cluster.ps_after_compute_s`);
 - ByteScheduler: partitions queue as their gradient appears; the dispatcher starts the most
   urgent while credit remains; credit returns when an all-reduce ends (A2A) or when the servers
   hold the push (PS); a parameter's update is launched as soon as its last partition lands, and
@@ -573,6 +576,32 @@ def order_s(durations_s: list[float], measured_s: float, lanes: int, shared_spee
     return (lo + hi) / 2
 
 
+class AfterCompute:
+    """A stream's or a wire's messages, for what one pays where it starts with nothing of its own
+    in flight for AFTER_COMPUTE_IDLE_S (the workers computed meanwhile): `extra_s`, once, as make
+    commbench measured a message after compute beyond the same back to back."""
+
+    def __init__(self, sim: Sim, extra_s: float):
+        self.sim, self.extra_s = sim, extra_s
+        self.in_flight, self.idle_since = 0, -math.inf
+
+    def start(self) -> float:
+        """A message starts: what it pays beyond its own time."""
+        cold = self.in_flight == 0 and self.sim.now - self.idle_since >= AFTER_COMPUTE_IDLE_S
+        self.in_flight += 1
+        return self.extra_s if cold else 0.0
+
+    def ended(self, on_done):
+        """`on_done` for a started message, counting it out first."""
+        def ended() -> None:
+            self.in_flight -= 1
+            if self.in_flight == 0:
+                self.idle_since = self.sim.now
+            if on_done is not None:
+                on_done()
+        return ended
+
+
 class AllReduceComm:
     """One NCCL stream: collectives one at a time, in submission order. Where make commbench timed
     a burst of the backend's async all-reduces at this worker count, in this placement
@@ -586,32 +615,21 @@ class AllReduceComm:
         self.stream = None if self.lanes else Station(sim, bucket=self.bucket)
         # a collective submitted after the stream idled AFTER_COMPUTE_IDLE_S (the ranks computed)
         # pays what make commbench found one costs then, beyond its own time (Cluster.after_compute_s)
-        self.after_compute_s = cluster.after_compute_s.get(workers, 0.0) if algorithm == cluster.measured_algorithm \
-            else 0.0
-        self.in_flight, self.idle_since = 0, -math.inf
+        self.after_compute = AfterCompute(sim, cluster.after_compute_s.get(workers, 0.0)
+                                          if algorithm == cluster.measured_algorithm else 0.0)
 
     def send(self, nbytes: int, extra_s: float, on_done, on_start=None) -> None:
         w = self.workers
         dur = self.cluster.allreduce_s(nbytes, w, self.algorithm)
-        if self.after_compute_s:
-            if self.in_flight == 0 and self.sim.now - self.idle_since >= AFTER_COMPUTE_IDLE_S:
-                extra_s += self.after_compute_s
-            self.in_flight += 1
-            on_done = self._ended(on_done)
+        if self.after_compute.extra_s:
+            extra_s += self.after_compute.start()
+            on_done = self.after_compute.ended(on_done)
         if self.lanes is not None:
             self.lanes.submit(timed(self.bucket, ring_link_bytes(nbytes, w), dur, extra_s), on_done, on_start)
             return
         self.stream.submit((self.stream.timed(ring_link_bytes(nbytes, w), dur, extra_s), 0.0,
                             None if on_start is None else (lambda now, end: on_start(now)), on_done))
 
-    def _ended(self, on_done):
-        def ended() -> None:
-            self.in_flight -= 1
-            if self.in_flight == 0:
-                self.idle_since = self.sim.now
-            if on_done is not None:
-                on_done()
-        return ended
 
 
 class HorovodCycle:
@@ -709,6 +727,10 @@ class PSComm:
             self.summing = (cluster.server_mem_Bps > 0 or server_schedule) and opts.server_contention
         # pushes a server link carries per partition (without contention: one machine's)
         self.fan_in = self.pushers if opts.server_contention else self.per_machine
+        # a push when the machine's PS rounds have idled AFTER_COMPUTE_IDLE_S (its workers computed)
+        # pays what make commbench found a round costs then, beyond one back to back
+        # (Cluster.ps_after_compute_s): the machines alike here, each its own in PSMachines
+        self.after_compute = AfterCompute(sim, cluster.ps_after_compute_s.get(workers, 0.0))
 
     def send(self, message: int, on_pushed, on_done) -> None:
         parts = self.parts[message]
@@ -759,13 +781,15 @@ class PSComm:
         c, sim = self.cluster, self.sim
         nbytes = part.numel * self.esize
         reduce_s, broadcast_s = self._stages_s(nbytes)
+        if self.local_only:
+            self.node.submit((reduce_s, 0.0, None, lambda: (pushed(), self.node.submit((broadcast_s, 0.0, None,
+                                                                                      done)))))
+            return
+        done = self.after_compute.ended(done)  # the round is out once its pull has landed
 
         def broadcast():
             self.node.submit((broadcast_s, 0.0, None, done))
 
-        if self.local_only:
-            self.node.submit((reduce_s, 0.0, None, lambda: (pushed(), broadcast())))
-            return
         inter: Link = c.ps or c.inter  # the PS wire where measured (commbench's ps mode)
         k = part.server
 
@@ -788,7 +812,10 @@ class PSComm:
 
         def reduced():
             mine = self.per_machine * nbytes  # the machine's pushes (per-gpu: each of its workers')
-            self.up.submit((self.up.timed(mine, inter.time_s(mine)), 0.0, push_started, None))
+            # a cold round starts late: its extra holds the push back (on a link it would hide
+            # behind the server's, slower, cut through)
+            sim.at(sim.now + self.after_compute.start(), self.up.submit,
+                   (self.up.timed(mine, inter.time_s(mine)), 0.0, push_started, None))
 
         self.node.submit((reduce_s, 0.0, None, reduced))
 
@@ -821,6 +848,7 @@ class PSMachines(PSComm):
         self.down = [Station(sim, bucket=Bucket(self.wire)) for _ in range(self.m)]
         self.sent = [dict() for _ in range(self.m)]  # machine -> {key: rounds sent}
         self.rounds: dict = {}                       # (key, round) -> [(machine, its reply's callback)]
+        self.after_compute = [AfterCompute(sim, cluster.ps_after_compute_s.get(workers, 0.0)) for _ in range(self.m)]
 
     def send(self, machine: int, message: int, on_done) -> None:
         parts = self.parts[message]
@@ -841,6 +869,7 @@ class PSMachines(PSComm):
         r = self.sent[k].get(part.key, 0)
         self.sent[k][part.key] = r + 1
         s = part.server
+        done = self.after_compute[k].ended(done)  # the round is out once its pull has landed
 
         def pull(machine, then):
             def started(now, end):
@@ -868,7 +897,8 @@ class PSMachines(PSComm):
 
         def reduced():
             u = self.up[k]
-            u.submit((u.timed(mine, wire.time_s(mine)), 0.0, push_started, None))
+            sim.at(sim.now + self.after_compute[k].start(), u.submit,
+                   (u.timed(mine, wire.time_s(mine)), 0.0, push_started, None))  # a cold round starts late
 
         self.node[k].submit((reduce_s, 0.0, None, reduced))
 

@@ -139,7 +139,8 @@ def test_ps_mode_pushes_and_pulls_through_the_ps_engine_and_fits_the_ps_wire(tmp
 
     # a time limit per size so short that a call of a third of a millisecond gets the fewest calls
     proc, rows = commbench(tmp_path, "--workers", "2", "--mode", "ps", "--max-bytes", "64KiB", "--iters", "6",
-                           "--warmup", "1", "--dtypes", "fp32", "--seconds-per-size", "0.001")
+                           "--warmup", "1", "--dtypes", "fp32", "--seconds-per-size", "0.001",
+                           "--fusion-models", "tiny-resnet")
     assert proc.returncode == 0, proc.stderr[-2000:]
     rounds = [r for r in rows if r["collective"] == "push_pull"]
     assert [r["bytes"] for r in rounds] == [4 * 4**k for k in range(8)]
@@ -159,7 +160,11 @@ def test_ps_mode_pushes_and_pulls_through_the_ps_engine_and_fits_the_ps_wire(tmp
     node = [r for r in rows if r["collective"] == "push_pull_node_burst"]
     assert [r["key_bytes"] for r in bursts] == [r["key_bytes"] for r in node] == list(PS_BURST_BYTES) * 2
     assert [r.get("pace_s") for r in bursts] == [r.get("pace_s") for r in node] == [None] * 2 + [FUSION_PACE_S] * 2
-    assert len(rows) == len(rounds) + len(bursts) + len(node)
+    # and each fusion model's gradients as one push/pull after 5 ms of compute, timed by the last arrival
+    (after,) = [r for r in rows if r["collective"] == "push_pull_after_compute"]
+    assert after["model"] == "tiny-resnet" and after["after_compute_s"] == 0.005 and after["bytes"] == 312168
+    assert after["wrong"] == 0 and after["time_us"] > 0 and 3 <= after["iters"] <= 24
+    assert len(rows) == len(rounds) + len(bursts) + len(node) + 1
     assert all(r["node_workers"] == 2 and r["ps_topology"] == "per-machine" for r in node)
     for r in bursts + node:
         assert r["keys"] == PS_BURST_KEYS and r["cores"] == hostcpu.cores() and r["bytes"] == 32 * r["key_bytes"]
@@ -172,6 +177,7 @@ def test_ps_mode_pushes_and_pulls_through_the_ps_engine_and_fits_the_ps_wire(tmp
               "bytes": n, "time_us": 100.0 + n / 1e3, "wrong": 0} for n in (1024, 1 << 20)]
     spec = network.commbench_network(sizes + rows, "x", "test")
     assert spec["ps"]["alpha_s"] > 0 and spec["ps"]["beta_s_per_byte"] >= 0
+    assert spec["data_ps_after_compute"][2]["tiny-resnet"]["measured_s"] == pytest.approx(after["time_us"] * 1e-6)
     assert spec["host_cpu"]["cores"] == hostcpu.cores() and spec["host_cpu"]["s_per_message"] > 0
     fit = spec["inter"]["node_ps"]["by_ranks"][2]
     assert fit["alpha_s"] + fit["beta_s_per_byte"] * PS_BURST_BYTES[-1] > 0  # the node's whole path per key

@@ -682,6 +682,44 @@ def test_commbench_round_after_compute_gives_what_a_collective_pays_then(tmp_pat
             network.load("bad", tmp_path)
 
 
+def test_commbench_ps_round_after_compute_gives_what_a_ps_round_pays_then(tmp_path):
+    """commbench's ps rounds after compute (one push/pull of a model's gradients once every worker
+    computed) are kept as measured beside what the same workers' back-to-back rounds give at
+    that size (`data_ps_after_compute`); loading the config gives the difference, none below 0.
+    A worker count without back-to-back rounds to compare with is left out."""
+    a, b = 1e-4, 2e-9
+    n = 312168
+
+    def ps_row(workers, collective, nbytes, time_s, **extra):
+        return {"mode": "ps", "collective": collective, "dtype": "fp32", "device": "cpu", "workers": workers,
+                "servers": 1, "wire": "zmq", "partition_bytes": 4_096_000, "wrong": 0, "bytes": nbytes,
+                "time_us": time_s * 1e6, **extra}
+    pa, pb = 3e-4, 4e-9  # the back-to-back rounds: t = pa + pb n, at 2 and at 4 workers
+    rows = [ps_row(w, "push_pull", m, pa + pb * m) for w in (2, 4) for m in (1024, 65536, 1048576)]
+    after = {"model": "tiny-resnet", "after_compute_s": 0.005}
+    rows += [ps_row(2, "push_pull_after_compute", n, pa + pb * n + 5e-4, **after),
+             ps_row(2, "push_pull_after_compute", n, 9.0, **after, wrong=1),  # a wrong round: not read
+             ps_row(3, "push_pull_after_compute", n, 1e-3, **after),  # nothing back to back to compare
+             ps_row(4, "push_pull_after_compute", n, 1e-4, **after)]  # faster than back to back: 0
+    spec = network.commbench_network(commbench_rows(a, b) + rows, "box", "test data")
+    assert spec["data_ps_after_compute"] == {
+        2: {"tiny-resnet": {"bytes": n, "compute_s": 0.005, "measured_s": pytest.approx(pa + pb * n + 5e-4),
+                            "back_to_back_s": pytest.approx(pa + pb * n, rel=1e-6)}},
+        4: {"tiny-resnet": {"bytes": n, "compute_s": 0.005, "measured_s": pytest.approx(1e-4),
+                            "back_to_back_s": pytest.approx(pa + pb * n, rel=1e-6)}}}
+    assert "push_pull_after_compute" in spec["sources"]["ps_after_compute"]
+    network.write_config(spec, tmp_path)
+    c = network.load("box", tmp_path)
+    assert c.ps_after_compute_s == {2: pytest.approx(5e-4, rel=1e-4), 4: 0.0}
+    assert network.on_one_machine(c, 2).ps_after_compute_s == c.ps_after_compute_s
+    assert "data_ps_after_compute" not in network.commbench_network(commbench_rows(a, b), "box", "test data")
+    bad = yaml.safe_load((tmp_path / "box.yaml").read_text())
+    bad["data_ps_after_compute"][2]["tiny-resnet"]["measured_s"] = 0
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
+    with pytest.raises(ValueError, match="data_ps_after_compute 2 tiny-resnet.*is invalid; accepted: .*measured_s > 0"):
+        network.load("bad", tmp_path)
+
+
 def test_auto_names_the_methods_tied_with_its_pick(monkeypatch, capsys):
     """A link so fast that every overlapping method is compute-bound: they tie (cli.TIE_REL), the run
     takes the fastest, and the ties are printed and kept in the record's prediction."""

@@ -352,6 +352,30 @@ def test_ps_with_two_servers_by_hand():
     assert servers and t.period_s == pytest.approx(5.6)
 
 
+def test_a_ps_round_after_compute_pays_what_commbench_found_then():
+    # Cluster.ps_after_compute_s 0.5 s at 2 workers, on test_ps_with_two_servers_by_hand's
+    # cluster. BSP-PS's one push after backward (4) pays it: the round ends at 8.8 + 0.5 s.
+    cluster = Cluster("toy", intra=None, inter=Link(0.0, 1e-5), gpus_per_node=1, ps_after_compute_s={2: 0.5})
+    assert period("bsp-ps", toy(), cluster) == pytest.approx(4.0 + 0.5 + 2.4 + 2.4, rel=1e-6)
+    # WFBP-PS, one server (both machines' 40,000 B pushes 0.8 s into it, the pulls 0.8 s out): p2
+    # (ready 2) pays it, pushes [2.5, 3.3], pulled [3.3, 4.1]; p1 (3) and p0 (4) find a round in
+    # flight and do not: pushed behind it [3.3, 4.1] and [4.1, 4.9], the last pulled [4.9, 5.7].
+    # Without the extra: 5.6, the slack between rounds absorbing 0.4 s of it.
+    assert period("wfbp-ps", toy(), replace(cluster, ps_after_compute_s={}), servers=1) == pytest.approx(5.6)
+    assert period("wfbp-ps", toy(), cluster, servers=1) == pytest.approx(5.7)
+    # gradients 2 s apart: each round has ended (1.6 s) and idled 0.4 s, beyond
+    # AFTER_COMPUTE_IDLE_S: every push pays it, and the last round ends at 1 + 5 + 0.5 + 1.6
+    spaced = toy(ready=(5.0, 3.0, 1.0))
+    assert period("wfbp-ps", spaced, cluster, servers=1) == pytest.approx(1 + 5 + 0.5 + 1.6)
+    # at 4 workers nothing was measured: nothing added
+    assert period("bsp-ps", toy(), replace(cluster, ps_after_compute_s={4: 0.5})) == \
+        pytest.approx(4.0 + 2.4 + 2.4, rel=1e-6)
+    # the emulated links (PSMachines, each machine on its own clock): each machine's push pays it
+    tbf = Cluster("toy", intra=None, inter=Link(0.0, 1e-5, burst_bytes=1), gpus_per_node=1)
+    assert period("bsp-ps", toy(), replace(tbf, ps_after_compute_s={2: 0.5})) == \
+        pytest.approx(period("bsp-ps", toy(), tbf) + 0.5, rel=1e-4)
+
+
 def test_server_contention_grows_with_machines():
     one = Cluster("toy", intra=None, inter=Link(0.0, 1e-5), gpus_per_node=1)
     t2 = period("bsp-ps", toy(), one, workers=2, servers=1)
