@@ -684,8 +684,9 @@ def test_commbench_round_after_compute_gives_what_a_collective_pays_then(tmp_pat
 
 def test_commbench_ps_round_after_compute_gives_what_a_ps_round_pays_then(tmp_path):
     """commbench's ps rounds after compute (one push/pull of a model's gradients once every worker
-    computed) are kept as measured beside what the same workers' back-to-back rounds give at
-    that size (`data_ps_after_compute`); loading the config gives the difference, none below 0.
+    computed) are kept as measured beside what the same workers' back-to-back rounds took at
+    that size (the line through the two sizes around it: `data_ps_after_compute`); loading the
+    config gives the difference, none below 0.
     A worker count without back-to-back rounds to compare with is left out."""
     a, b = 1e-4, 2e-9
     n = 312168
@@ -696,6 +697,8 @@ def test_commbench_ps_round_after_compute_gives_what_a_ps_round_pays_then(tmp_pa
                 "time_us": time_s * 1e6, **extra}
     pa, pb = 3e-4, 4e-9  # the back-to-back rounds: t = pa + pb n, at 2 and at 4 workers
     rows = [ps_row(w, "push_pull", m, pa + pb * m) for w in (2, 4) for m in (1024, 65536, 1048576)]
+    # a size far off the line (as a token bucket bends it): the two sizes around n decide, not a fit
+    rows.append(ps_row(2, "push_pull", 4_000_000, 1.0))
     after = {"model": "tiny-resnet", "after_compute_s": 0.005}
     rows += [ps_row(2, "push_pull_after_compute", n, pa + pb * n + 5e-4, **after),
              ps_row(2, "push_pull_after_compute", n, 9.0, **after, wrong=1),  # a wrong round: not read
