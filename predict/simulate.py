@@ -631,7 +631,6 @@ class AllReduceComm:
                             None if on_start is None else (lambda now, end: on_start(now)), on_done))
 
 
-
 class HorovodCycle:
     """Horovod's background loop in front of a NCCL stream (`AllReduceComm`): a request waits for
     the next cycle boundary (RunLoopOnce sleeps until last_cycle_start + cycle time); at each,
@@ -781,14 +780,13 @@ class PSComm:
         c, sim = self.cluster, self.sim
         nbytes = part.numel * self.esize
         reduce_s, broadcast_s = self._stages_s(nbytes)
-        if self.local_only:
-            self.node.submit((reduce_s, 0.0, None, lambda: (pushed(), self.node.submit((broadcast_s, 0.0, None,
-                                                                                      done)))))
-            return
-        done = self.after_compute.ended(done)  # the round is out once its pull has landed
+        def broadcast(then):
+            self.node.submit((broadcast_s, 0.0, None, then))
 
-        def broadcast():
-            self.node.submit((broadcast_s, 0.0, None, done))
+        if self.local_only:
+            self.node.submit((reduce_s, 0.0, None, lambda: (pushed(), broadcast(done))))
+            return
+        landed = self.after_compute.ended(done)  # the round is out once its pull has landed
 
         inter: Link = c.ps or c.inter  # the PS wire where measured (commbench's ps mode)
         k = part.server
@@ -797,7 +795,7 @@ class PSComm:
             def started(now, end):
                 mine = self.per_machine * nbytes  # the machine's pulls (per-gpu: each of its workers')
                 sim.at(now + inter.alpha_s, self.down.submit,
-                       (self.down.timed(mine, mine * inter.beta_s_per_byte), end, None, broadcast))
+                       (self.down.timed(mine, mine * inter.beta_s_per_byte), end, None, lambda: broadcast(landed)))
             out = self.server_out[k]
             out.submit((out.timed(self.fan_in * nbytes, inter.time_s(self.fan_in * nbytes)), 0.0, started, None))
 
