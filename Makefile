@@ -213,8 +213,9 @@ BENCH_PROBE_ITERS ?= 24
 # Each repeat times this many steps as one block, and each multi-worker run has BENCH_REPEATS of
 # them. The local profile's 8 steps are 40 ms of tiny-resnet on this machine: one disturbance of the
 # shared machine (a step at 13-20 ms in place of 6) moved a block by up to 45%, and two repeats of
-# the same run were 1366 and 742 samples/s. At 40 steps x 5 repeats the repeats of every run of a
-# local bench were within 10% of each other.
+# the same run were 1366 and 742 samples/s. The standard error of a run's mean, over the runs of
+# two local and two emulated benches: at 8 x 2 a median of 1.1-2.9% and a worst of 7-30%; at
+# 40 x 5, 0.9-1.4% and 3.0-6.2%.
 BENCH_MEASURED_ITERS ?= 40
 BENCH_REPEATS ?= 5
 # The bench's two sweeps, given where they run ($(1): the launcher's overrides and results_dir).

@@ -395,18 +395,18 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
         # the run ran), else the profile measured beside W-1 others as the bench finished
         calibrations = {"profile": (x1 * ratio, unit_s / ratio, machinery, beside.iteration_s),
                         "alone": (x1, unit_s, 0.0, by_itself.iteration_s)}
-        probe = probe_compute_s(r)
+        probe, lockstep = probe_compute_s(r), probe_lockstep_s(r)
         if probe:
             at_run = (r["local_batch"] / x1) / probe
             # the W workers' compute as an iteration waits for it: the lock-step probe's slowest
             # step where it ran one, else the free-running steps' spread (independent draws)
-            lockstep = probe_lockstep_s(r)
             calibrations["probe"] = (r["local_batch"] / (lockstep or probe), unit_s / at_run, machinery,
                                      [] if lockstep else r["compute_probe_iter_s"])
             if lockstep:  # beside it, what the free-running steps' spread, as independent draws, gives
                 calibrations["spread"] = (r["local_batch"] / probe, unit_s / at_run, machinery,
                                           r["compute_probe_iter_s"])
         source = "probe" if probe else "profile"  # the prediction of the workers sharing the cores
+        label = "lock-step" if lockstep else source  # where its compute came from
         pair = {}
         # ByteScheduler's machinery: a delay on its own update path (calibrated from its one-worker
         # run), and beside the run's other workers the cores' time it takes from them (measured so)
@@ -428,10 +428,9 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
                 if group_bytes(given, prof) != run_groups:
                     plan += f"; timed: {len(given.messages)} groups, not the run's"
         for pairs, name in ((shared, source), (others["profile"], "profile"), (alone, "alone"),
-                            (others["spread"], "spread" if "spread" in pair else source)):
+                            (others["spread"], "spread" if lockstep else source)):
             pairs[r["method"]].append(pair[name])
-        runs.append((r["method"], net, r["workers"], *pair[source], plan,
-                     "lock-step" if "spread" in pair else source))
+        runs.append((r["method"], net, r["workers"], *pair[source], plan, label))
     return shared, alone, runs, units, others
 
 

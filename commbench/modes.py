@@ -41,8 +41,8 @@ there are some. Then, for each --fusion-models model, its gradients as one push/
 partition) after every worker computed AFTER_COMPUTE_S, back to back with no barrier, each round
 timed by the worker that arrived last (`push_pull_after_compute`, `after_compute_s`, `model`):
 what a PS round costs after compute beyond one back to back (network.Cluster.ps_after_compute_s;
-two local workers, tiny-resnet's 312 KB: a traced BSP-PS run's round took 1.6 ms, the
-back-to-back rounds' fit gives 0.9).
+two local workers, tiny-resnet's 312 KB: a traced BSP-PS run's round took 1.6 ms, back-to-back
+rounds 0.9).
 Where every rank is a process of this one host (`spec["one_host"]`: not across emulated hosts or
 Slurm nodes), the same bursts again through the per-machine topology a local run of W workers
 has (methods.ps_node: the W workers one node, its leader pushing once per key): each key's
@@ -422,7 +422,7 @@ def _ps_rounds_and_bursts(be, spec, emit, workers, layout) -> None:
         # every key pushed ones by every worker: their average is ones
         report("push_pull_burst", sum(int((x != 1).sum().item()) for x in xs), times, nbytes * len(keys),
                keys=len(keys), key_bytes=nbytes, warmup=warmup, **fields)
-        it += warmup + len(times)
+        it += warmup + len(times)  # the bursts numbered their rounds on from `it`
     for m, (model, nbytes) in enumerate(after):
         # as BSP-PS pushes its fused gradients: after every worker computed, the rounds back to back
         # with no barrier (the pulls keep the workers in step, as a run's iterations), each round

@@ -849,8 +849,8 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
             f"{source}: commbench's ps rounds after compute (push_pull_after_compute: each fusion model's "
             f"gradients as one push/pull once every worker computed), the time of the worker that arrived last, "
             f"the median over repeated records of its mean (data_ps_after_compute: measured_s), against the same "
-            f"workers' rounds back to back at that size (back_to_back_s: their fit t = a + b n): what a PS round that "
-            f"starts after compute pays beyond (network.ps_after_compute_extra)")
+            f"workers' rounds back to back at that size (back_to_back_s: on the line through the two sizes around it): "
+            f"what a PS round that starts after compute pays beyond (network.ps_after_compute_extra)")
         out["data_ps_after_compute"] = ps_after
         out["inter"]["allreduce"]["one_machine"] = shared_cores  # measured in the placement the rounds had
     ps = _ps_fit(rows)
