@@ -44,6 +44,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def two_ranks(script: str, timeout_s: float) -> list[str]:
+    """`script` (python -c) as ranks 0 and 1 at once, each given its rank and a free port
+    (argv 1 and 2) for its process group's rendezvous; their stdouts, once both exited 0."""
+    port = str(free_port())
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(r), port], cwd=REPO, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for r in range(2)]
+    outs = [p.communicate(timeout=timeout_s) for p in procs]
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-2000:]
+    return [out for out, _ in outs]
+
+
 @contextlib.contextmanager
 def slurm_cluster(d: Path, emulated: bool = False):
     """A Slurm cluster of tests/cluster/slurm.sh in `d` (single-node, or one slurmd per host of

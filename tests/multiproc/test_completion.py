@@ -10,8 +10,6 @@ GPU does:
 """
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -20,7 +18,7 @@ import torch
 
 from ddlbench.methods.transport import EARLY_COMPLETION_ENV
 from ddlbench.trace import load as load_trace
-from helpers import REPO, ddlbench, peak_bytes_in_flight, records, reference_parameters
+from helpers import ddlbench, peak_bytes_in_flight, records, reference_parameters, two_ranks
 
 pytestmark = pytest.mark.multiproc
 
@@ -95,15 +93,6 @@ CUDA_ONLY_DEFAULT = textwrap.dedent("""
 
 
 def test_control_messages_cross_a_cuda_only_default_backend():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = str(s.getsockname()[1])
-    procs = [subprocess.Popen([sys.executable, "-c", CUDA_ONLY_DEFAULT, str(r), port], cwd=REPO, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for r in range(2)]
-    outs = [p.communicate(timeout=120) for p in procs]
-    for p, (out, err) in zip(procs, outs):
-        assert p.returncode == 0, err[-2000:]
+    for out in two_ranks(CUDA_ONLY_DEFAULT, timeout_s=120):
         assert "a default-backend group refuses CPU tensors" in out  # the stand-in behaves as NCCL does
         assert "order 7" in out
