@@ -643,10 +643,19 @@ def test_commbench_ordered_round_gives_the_leaders_time_per_choice(tmp_path):
     c = network.load("box", tmp_path)
     assert c.order_s == {2: pytest.approx(0.002, rel=1e-3)} and network.on_one_machine(c, 2).order_s == c.order_s
     assert "data_order" not in network.commbench_network(commbench_rows(a, b), "box", "test data")
+    assert_rejected(tmp_path, "data_order", "measured_s", -1, "data_order 2 tiny-resnet.*is invalid")
+
+
+def assert_rejected(tmp_path, data: str, field: str, value, match: str) -> None:
+    """tmp_path/box.yaml with `data`'s 2-worker tiny-resnet `field` set to `value` (removed where
+    None) fails to load with a one-line error matching `match`."""
     bad = yaml.safe_load((tmp_path / "box.yaml").read_text())
-    bad["data_order"][2]["tiny-resnet"]["measured_s"] = -1
+    if value is None:
+        del bad[data][2]["tiny-resnet"][field]
+    else:
+        bad[data][2]["tiny-resnet"][field] = value
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
-    with pytest.raises(ValueError, match="data_order 2 tiny-resnet.*is invalid"):
+    with pytest.raises(ValueError, match=match):
         network.load("bad", tmp_path)
 
 
@@ -671,15 +680,9 @@ def test_commbench_round_after_compute_gives_what_a_collective_pays_then(tmp_pat
     assert c.after_compute_s == {2: pytest.approx(3e-4, rel=1e-6), 3: 0.0}
     assert network.on_one_machine(c, 2).after_compute_s == c.after_compute_s
     assert "data_after_compute" not in network.commbench_network(commbench_rows(a, b), "box", "test data")
-    bad = yaml.safe_load((tmp_path / "box.yaml").read_text())
     for field, value in (("measured_s", 0), ("compute_s", None)):  # no compute: no refill to reckon with
-        wrong = yaml.safe_load(yaml.safe_dump(bad))
-        wrong["data_after_compute"][2]["tiny-resnet"][field] = value
-        if value is None:
-            del wrong["data_after_compute"][2]["tiny-resnet"][field]
-        (tmp_path / "bad.yaml").write_text(yaml.safe_dump(wrong))
-        with pytest.raises(ValueError, match="data_after_compute 2 tiny-resnet.*is invalid; accepted: .*compute_s > 0"):
-            network.load("bad", tmp_path)
+        assert_rejected(tmp_path, "data_after_compute", field, value,
+                        "data_after_compute 2 tiny-resnet.*is invalid; accepted: .*compute_s > 0")
 
 
 def test_commbench_ps_round_after_compute_gives_what_a_ps_round_pays_then(tmp_path):
@@ -716,11 +719,8 @@ def test_commbench_ps_round_after_compute_gives_what_a_ps_round_pays_then(tmp_pa
     assert c.ps_after_compute_s == {2: pytest.approx(5e-4, rel=1e-4), 4: 0.0}
     assert network.on_one_machine(c, 2).ps_after_compute_s == c.ps_after_compute_s
     assert "data_ps_after_compute" not in network.commbench_network(commbench_rows(a, b), "box", "test data")
-    bad = yaml.safe_load((tmp_path / "box.yaml").read_text())
-    bad["data_ps_after_compute"][2]["tiny-resnet"]["measured_s"] = 0
-    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
-    with pytest.raises(ValueError, match="data_ps_after_compute 2 tiny-resnet.*is invalid; accepted: .*measured_s > 0"):
-        network.load("bad", tmp_path)
+    assert_rejected(tmp_path, "data_ps_after_compute", "measured_s", 0,
+                    "data_ps_after_compute 2 tiny-resnet.*is invalid; accepted: .*measured_s > 0")
 
 
 def test_auto_names_the_methods_tied_with_its_pick(monkeypatch, capsys):
