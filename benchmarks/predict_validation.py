@@ -443,12 +443,14 @@ def probe_compute_s(rec: dict) -> float | None:
 
 
 def probe_lockstep_s(rec: dict) -> float | None:
-    """The run's lock-step probe (driver): the mean over its repeats of the slowest worker's
-    training step, every step started together, in seconds; None where it ran none (records
-    before it). It is the compute an iteration of W synchronised workers waits for, measured:
-    on shared cores a worker is slow because its neighbours ran, so the maximum of W independent
-    draws from the free-running steps (`Profile.sync_factor`) made that wait 1.3-2.0 times the
-    mean step at 4 workers on 2 cores, where the lock-step steps took 0.97-1.25 times it."""
+    """The run's lock-step probe (driver): the mean over its repeats of each training step, every
+    step started together, from a machine's first worker's start to its last worker's end (the
+    slowest machine's), in seconds; None where it ran none (records before it). It is the compute
+    an iteration of W synchronised workers waits for, measured: on shared cores a worker is slow
+    because its neighbours ran, so the maximum of W independent draws from the free-running steps
+    (`Profile.sync_factor`) made that wait 1.3-2.0 times the mean step at 4 workers on 2 cores,
+    where the slowest worker's own step took 0.97-1.25 times it; and half of them start when the
+    others are done, which their own steps leave out (records from 2026-11-28 on count it)."""
     steps = rec.get("compute_probe_lockstep_s")
     return statistics.mean(steps) if steps and probe_compute_s(rec) else None
 

@@ -29,11 +29,14 @@ over minutes, so a profile measured apart from the run mistimes it (`compute_pro
 workers' mean step per repeat; `compute_probe_iter_s`: rank 0's steps; a `probe` span per
 repeat in the trace). Then as many steps again in lock-step: every step starts after a barrier,
 as a BSP iteration's compute starts when the last communication has landed, and each counts
-what its slowest worker took (`compute_probe_lockstep_s`: their mean per repeat). That is what
-W workers' compute costs an iteration that waits for all of them: on shared cores a worker slowed
-by its neighbours is slow because they ran, so their steps are no independent draws (4 workers on
-2 cores: 0.97-1.25 times the mean free-running step in lock-step, where the maximum of 4 draws
-from a worker's steps gave 1.3-2.0).
+from the first worker's start to the last worker's end on each machine, the slowest machine's
+(`lockstep_steps_s`; `compute_probe_lockstep_s`: their mean per repeat). That is what W workers'
+compute costs an iteration that waits for all of them: on shared cores a worker slowed by its
+neighbours is slow because they ran, so their steps are no independent draws (4 workers on 2
+cores: the slowest worker's own step took 0.97-1.25 times the mean free-running step, where the
+maximum of 4 draws from a worker's steps gave 1.3-2.0), and a worker that waits for a core
+after the barrier starts late, which its own step leaves out (there, the first start to the
+last end took 2-2.5 ms more than the slowest worker's own step).
 The predictor's validation calibrates its compute from both; they are no multi-worker result
 (nothing communicates but the barrier, outside every timed step) and never enter the throughput.
 """
@@ -140,20 +143,25 @@ class _Probe:
 
     def run(self, ctx, batches: list, tracer, iteration: int, repeat: int) -> tuple[list[float], list[float]]:
         """One probe: the seconds of each free-running step (this worker's), and of each
-        lock-step step (its slowest worker's)."""
+        lock-step step (`lockstep_steps_s`: the same for every worker)."""
         _slowest_rank([0.0], ctx)  # every worker starts it together: each is timed beside the others
         t0_us = tracer.now_us()
         stamps = []  # (the run's own iterations seed their dropout each, as `one` does)
         for i in range(self.iters + 1):  # the first untimed
             self._step(ctx, batches[i % len(batches)])
             stamps.append(time.perf_counter())
-        lockstep = []
+        spans = []
         for i in range(self.iters):
             _slowest_rank([0.0], ctx)  # a barrier: the step starts when every worker's last one is done
             t0 = time.perf_counter()
             self._step(ctx, batches[i % len(batches)])
-            lockstep.append(time.perf_counter() - t0)
-        lockstep = _slowest_rank(lockstep, ctx)
+            spans.append((t0, time.perf_counter()))
+        everyone = [None] * ctx.world
+        if ctx.world > 1:
+            dist.all_gather_object(everyone, (hostcpu.clock_key(), spans), group=ctx.group)
+        else:
+            everyone = [(hostcpu.clock_key(), spans)]
+        lockstep = lockstep_steps_s(everyone)
         tracer.complete("compute probe", "probe", t0_us, tracer.now_us(),
                         {"iter": iteration, "iters": self.iters, "repeat": repeat})
         return [b - a for a, b in zip(stamps, stamps[1:])], lockstep
@@ -164,6 +172,22 @@ class _Probe:
         self.opt.step()
         self.opt.zero_grad()
         _sync(ctx.device)
+
+
+def lockstep_steps_s(everyone: list) -> list[float]:
+    """Each lock-step step's seconds from every worker's (clock key, [(start, end)] per step), as
+    the probe gathers them: on each machine, from its first worker's start to its last worker's
+    end (its workers read one clock, `hostcpu.clock_key`), the slowest machine's. A worker's own
+    start leaves out what it waited for a core after the barrier let it go: where W workers share
+    fewer cores, half of them start when the others' steps are done (4 workers on 2 cores,
+    tiny-resnet: 11.9-12.6 ms from the first start to the last end, where the slowest worker's own
+    step took 9.5-10.2)."""
+    machines: dict = {}
+    for key, spans in everyone:
+        machines.setdefault(key, []).append(spans)
+    steps = min(len(spans) for _, spans in everyone)
+    return [max(max(s[i][1] for s in ranks) - min(s[i][0] for s in ranks) for ranks in machines.values())
+            for i in range(steps)]
 
 
 def _tick(progress, heartbeat, repeat: int, i: int, since: float) -> float:

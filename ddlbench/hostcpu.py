@@ -4,6 +4,7 @@ there (commbench's ps bursts, predict.network.HostCpu)."""
 from __future__ import annotations
 
 import os
+import socket
 import time
 
 
@@ -20,6 +21,19 @@ def busy_s() -> float | None:
         return None
     user, nice, system, _idle, _iowait, irq, softirq = (int(v) for v in fields[1:8])
     return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+def clock_key() -> str:
+    """What names the clock this process's `time.perf_counter` reads: CLOCK_MONOTONIC on Linux,
+    one per running kernel, so every process with the same key (those of one machine, the
+    emulated cluster's hosts included: network namespaces share the kernel) can compare stamps.
+    The kernel's boot id; the host name where there is none (a time namespace would offset the
+    clock: none of our launchers makes one)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return "host:" + socket.gethostname()
 
 
 def cores() -> int:

@@ -224,3 +224,16 @@ def test_an_iteration_formats_no_python_stack(group, monkeypatch):
     finally:
         sync.close()
     assert formatted == []
+
+
+def test_a_lockstep_step_runs_from_a_machines_first_start_to_its_last_end():
+    # two workers of one machine: the second waited 0.5 s for a core before it started, which its
+    # own step (0.7 s, the longest) leaves out; the step is 1.2 s
+    one_machine = [("boot-a", [(10.0, 11.0), (20.0, 20.4)]), ("boot-a", [(10.5, 11.2), (20.1, 20.3)])]
+    assert driver.lockstep_steps_s(one_machine) == pytest.approx([1.2, 0.4])
+    # a second machine's clock reads another time: its stamps are compared among themselves only,
+    # and the slowest machine's step counts
+    other = [("boot-b", [(500.0, 501.5), (900.0, 900.1)])]
+    assert driver.lockstep_steps_s(one_machine + other) == pytest.approx([1.5, 0.4])
+    # one worker a machine: each worker's own step, the slowest
+    assert driver.lockstep_steps_s([("a", [(0.0, 1.0)]), ("b", [(7.0, 7.3)])]) == pytest.approx([1.0])
