@@ -339,8 +339,9 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
     (local runs, and the emulated cluster's namespaces), so one worker's compute is what it got
     beside the others: where the run has a compute probe (`probe_compute_s`: each repeat began
     with every worker timing training steps alone, at once, with nothing communicating), the
-    slowest worker's step of its lock-step steps (`probe_lockstep_s`: what the W workers' compute
-    costs an iteration that waits for all of them), or in records before those, its mean step,
+    slowest worker's own step of its lock-step steps, begun as late as the last worker began it
+    (`probe_lockstep_s`: what the W workers' compute costs an iteration that waits for all of
+    them), or in records before those, its mean step,
     with its steps' spread as what the W workers wait for (`Profile.sync_factor`); else the
     one-worker throughput rescaled by the ratio of two profiles, one worker alone at the
     one-worker run's threads against one worker beside W-1 others at the W-worker run's threads
@@ -393,27 +394,30 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
         resolved, plan = mgwfbp_resolved(r), ""
         # the compute of one worker beside the others: the run's own probe where it has one (as
         # the run ran), else the profile measured beside W-1 others as the bench finished
-        calibrations = {"profile": (x1 * ratio, unit_s / ratio, machinery, beside.iteration_s),
-                        "alone": (x1, unit_s, 0.0, by_itself.iteration_s)}
+        calibrations = {"profile": (x1 * ratio, unit_s / ratio, machinery, beside.iteration_s, 0.0),
+                        "alone": (x1, unit_s, 0.0, by_itself.iteration_s, 0.0)}
         probe, lockstep = probe_compute_s(r), probe_lockstep_s(r)
         if probe:
             at_run = (r["local_batch"] / x1) / probe
             # the W workers' compute as an iteration waits for it: the lock-step probe's slowest
-            # step where it ran one, else the free-running steps' spread (independent draws)
-            calibrations["probe"] = (r["local_batch"] / (lockstep or probe), unit_s / at_run, machinery,
-                                     [] if lockstep else r["compute_probe_iter_s"])
+            # worker's own step, begun as late as the last worker began, where it ran one; else
+            # the free-running steps' spread (independent draws)
+            step_s, late = lockstep or (probe, 0.0)
+            calibrations["probe"] = (r["local_batch"] / step_s, unit_s / at_run, machinery,
+                                     [] if lockstep else r["compute_probe_iter_s"], late)
             if lockstep:  # beside it, what the free-running steps' spread, as independent draws, gives
                 calibrations["spread"] = (r["local_batch"] / probe, unit_s / at_run, machinery,
-                                          r["compute_probe_iter_s"])
+                                          r["compute_probe_iter_s"], 0.0)
         source = "probe" if probe else "profile"  # the prediction of the workers sharing the cores
         label = "lock-step" if lockstep else source  # where its compute came from
         pair = {}
         # ByteScheduler's machinery: a delay on its own update path (calibrated from its one-worker
         # run), and beside the run's other workers the cores' time it takes from them (measured so)
-        for name, (one, u, cpu, spread) in calibrations.items():
+        for name, (one, u, cpu, spread, late) in calibrations.items():
             opts = replace(stack_opts, bytescheduler_unit_s=u, bytescheduler_cpu_s=cpu, mgwfbp_alpha_beta=resolved)
             # the iterations' spread measured with the same compute: what W workers wait for
-            prof = with_run_copy(replace(cli.load_profile(r["model"], r["local_batch"], one), iteration_s=list(spread)), r)
+            prof = with_run_copy(replace(cli.load_profile(r["model"], r["local_batch"], one), iteration_s=list(spread)),
+                                 r).started_late(late)
             p, prof, cluster = cli.predict(r["model"], [r["workers"]], placed, (r["method"],), r["local_batch"], one,
                                            opts, explain=False, prof=prof)
             pair[name] = (p[(r["method"], r["workers"])].samples_per_sec, r["samples_per_sec"])
@@ -442,17 +446,24 @@ def probe_compute_s(rec: dict) -> float | None:
     return statistics.mean(steps) if steps and rec.get("compute_probe_iter_s") else None
 
 
-def probe_lockstep_s(rec: dict) -> float | None:
-    """The run's lock-step probe (driver): the mean over its repeats of each training step, every
-    step started together, from a machine's first worker's start to its last worker's end (the
-    slowest machine's), in seconds; None where it ran none (records before it). It is the compute
-    an iteration of W synchronised workers waits for, measured: on shared cores a worker is slow
-    because its neighbours ran, so the maximum of W independent draws from the free-running steps
-    (`Profile.sync_factor`) made that wait 1.3-2.0 times the mean step at 4 workers on 2 cores,
-    where the slowest worker's own step took 0.97-1.25 times it; and half of them start when the
-    others are done, which their own steps leave out (records from 2026-11-28 on count it)."""
+def probe_lockstep_s(rec: dict) -> tuple[float, float] | None:
+    """The run's lock-step probe (driver), in seconds: the mean over its repeats of the slowest
+    worker's own training step, every step started together, and how much later than the first
+    worker the last one began it (a machine's first start to its last end, less that own step;
+    0 in records before 2026-11-28, which kept the own step alone); None where it ran none
+    (records before it). It is the compute an iteration of W synchronised workers waits for,
+    measured: on shared cores a worker is slow because its neighbours ran, so the maximum of W
+    independent draws from the free-running steps (`Profile.sync_factor`) made that wait 1.3-2.0
+    times the mean step at 4 workers on 2 cores, where the slowest worker's own step took
+    0.97-1.25 times it; and half of them start when the others are done (2-2.5 ms later there),
+    so their gradients appear that much later (`Profile.started_late`)."""
     steps = rec.get("compute_probe_lockstep_s")
-    return statistics.mean(steps) if steps and probe_compute_s(rec) else None
+    if not (steps and probe_compute_s(rec)):
+        return None
+    own = rec.get("compute_probe_lockstep_own_s")
+    if not own:  # the slowest worker's own step was all these records kept
+        return statistics.mean(steps), 0.0
+    return statistics.mean(own), max(0.0, statistics.mean(steps) - statistics.mean(own))
 
 
 REFERENCE = "bsp-a2a"  # the speedup's baseline method: every other run is also judged against it

@@ -30,7 +30,8 @@ workers' mean step per repeat; `compute_probe_iter_s`: rank 0's steps; a `probe`
 repeat in the trace). Then as many steps again in lock-step: every step starts after a barrier,
 as a BSP iteration's compute starts when the last communication has landed, and each counts
 from the first worker's start to the last worker's end on each machine, the slowest machine's
-(`lockstep_steps_s`; `compute_probe_lockstep_s`: their mean per repeat). That is what W workers'
+(`lockstep_steps_s`; `compute_probe_lockstep_s`: their mean per repeat; beside it, the slowest
+worker's own step, from its own start, `compute_probe_lockstep_own_s`). That is what W workers'
 compute costs an iteration that waits for all of them: on shared cores a worker slowed by its
 neighbours is slow because they ran, so their steps are no independent draws (4 workers on 2
 cores: the slowest worker's own step took 0.97-1.25 times the mean free-running step, where the
@@ -71,6 +72,7 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
     probe_s: list[float] = []
     probe_iter_s: list[float] = []
     probe_lockstep_s: list[float] = []
+    probe_own_s: list[float] = []
     iteration = 0
 
     def one() -> None:
@@ -81,10 +83,11 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
 
     for repeat in range(p.repeats):
         if probe is not None:
-            steps, lockstep = probe.run(ctx, batches, tracer, iteration, repeat)
+            steps, lockstep, own = probe.run(ctx, batches, tracer, iteration, repeat)
             probe_iter_s += steps
             probe_s.append(sum(steps) / len(steps))
             probe_lockstep_s.append(sum(lockstep) / len(lockstep))
+            probe_own_s.append(sum(own) / len(own))
         last = time.perf_counter()
         for i in range(p.warmup_iters):
             one()
@@ -126,7 +129,8 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
         "host_busy_cores": busy_cores,
         "thread_cpu_ms_per_iter": thread_ms,
         **({"compute_probe_s": [t / ctx.world for t in _over_ranks(probe_s, ctx, dist.ReduceOp.SUM)],
-            "compute_probe_iter_s": probe_iter_s, "compute_probe_lockstep_s": probe_lockstep_s}
+            "compute_probe_iter_s": probe_iter_s, "compute_probe_lockstep_s": probe_lockstep_s,
+            "compute_probe_lockstep_own_s": probe_own_s}
            if probe is not None else {}),
         **numerics(ctx.device),
     }
@@ -141,9 +145,10 @@ class _Probe:
         self.model = copy.deepcopy(workload.model)
         self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.optimizer.lr, momentum=cfg.optimizer.momentum)
 
-    def run(self, ctx, batches: list, tracer, iteration: int, repeat: int) -> tuple[list[float], list[float]]:
+    def run(self, ctx, batches: list, tracer, iteration: int, repeat: int) -> tuple[list, list, list]:
         """One probe: the seconds of each free-running step (this worker's), and of each
-        lock-step step (`lockstep_steps_s`: the same for every worker)."""
+        lock-step step, whole and its slowest worker's own (`lockstep_steps_s`: the same for every
+        worker)."""
         _slowest_rank([0.0], ctx)  # every worker starts it together: each is timed beside the others
         t0_us = tracer.now_us()
         stamps = []  # (the run's own iterations seed their dropout each, as `one` does)
@@ -161,10 +166,10 @@ class _Probe:
             dist.all_gather_object(everyone, (hostcpu.clock_key(), spans), group=ctx.group)
         else:
             everyone = [(hostcpu.clock_key(), spans)]
-        lockstep = lockstep_steps_s(everyone)
+        lockstep, own = lockstep_steps_s(everyone)
         tracer.complete("compute probe", "probe", t0_us, tracer.now_us(),
                         {"iter": iteration, "iters": self.iters, "repeat": repeat})
-        return [b - a for a, b in zip(stamps, stamps[1:])], lockstep
+        return [b - a for a, b in zip(stamps, stamps[1:])], lockstep, own
 
     def _step(self, ctx, batch) -> None:
         loss = self.workload.loss(self.model, batch)
@@ -174,20 +179,23 @@ class _Probe:
         _sync(ctx.device)
 
 
-def lockstep_steps_s(everyone: list) -> list[float]:
+def lockstep_steps_s(everyone: list) -> tuple[list[float], list[float]]:
     """Each lock-step step's seconds from every worker's (clock key, [(start, end)] per step), as
     the probe gathers them: on each machine, from its first worker's start to its last worker's
-    end (its workers read one clock, `hostcpu.clock_key`), the slowest machine's. A worker's own
-    start leaves out what it waited for a core after the barrier let it go: where W workers share
-    fewer cores, half of them start when the others' steps are done (4 workers on 2 cores,
-    tiny-resnet: 11.9-12.6 ms from the first start to the last end, where the slowest worker's own
-    step took 9.5-10.2)."""
+    end (its workers read one clock, `hostcpu.clock_key`), the slowest machine's; and the slowest
+    worker's own step, from its own start. A worker's own start leaves out what it waited for a
+    core after the barrier let it go: where W workers share fewer cores, half of them start when
+    the others' steps are done (4 workers on 2 cores, tiny-resnet: 11.9-12.6 ms from the first
+    start to the last end, where the slowest worker's own step took 9.5-10.2). The difference is
+    a late start, not a longer step: the last worker's gradients appear in its own step's time."""
     machines: dict = {}
     for key, spans in everyone:
         machines.setdefault(key, []).append(spans)
     steps = min(len(spans) for _, spans in everyone)
-    return [max(max(s[i][1] for s in ranks) - min(s[i][0] for s in ranks) for ranks in machines.values())
-            for i in range(steps)]
+    whole = [max(max(s[i][1] for s in ranks) - min(s[i][0] for s in ranks) for ranks in machines.values())
+             for i in range(steps)]
+    own = [max(spans[i][1] - spans[i][0] for _, spans in everyone) for i in range(steps)]
+    return whole, own
 
 
 def _tick(progress, heartbeat, repeat: int, i: int, since: float) -> float:

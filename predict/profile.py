@@ -104,6 +104,15 @@ class Profile:
         k = (self.local_batch / samples_per_sec_1) / self.compute_s
         return replace(self.slower(k), source=source, samples_per_sec_1=samples_per_sec_1)
 
+    def started_late(self, delay_s: float) -> "Profile":
+        """The same step begun `delay_s` later: forward that much longer at its start (each
+        parameter first needed that much later), backward and its gradients as they were. On
+        shared cores the last of W synchronised workers waits that long for a core before its
+        step (driver.lockstep_steps_s), and its gradients appear in its own step's time."""
+        if not 0 <= delay_s < math.inf:
+            raise ValueError(f"start delay {delay_s!r} s is invalid; accepted: a finite number >= 0")
+        return replace(self, forward_s=self.forward_s + delay_s, need_s=[t + delay_s for t in self.need_s])
+
     def slower(self, k: float) -> "Profile":
         """Every time `k` times as long (the stated one-worker throughput is left as it was)."""
         return replace(self, ready_s=[t * k for t in self.ready_s], need_s=[t * k for t in self.need_s],

@@ -29,8 +29,8 @@ PROBE = textwrap.dedent(f"""
     ctx = methods.Context(rank=rank, world=2, device=torch.device("cpu"), tracer=Tracer(rank), workload=w,
                           seed=cfg.seed)
     batches = [w.make_batch(cfg.seed, rank, b, ctx.device) for b in range(2)]
-    free, lockstep = driver._Probe(w, cfg).run(ctx, batches, ctx.tracer, 0, 0)
-    print(json.dumps({{"free": free, "lockstep": lockstep}}), flush=True)
+    free, lockstep, own = driver._Probe(w, cfg).run(ctx, batches, ctx.tracer, 0, 0)
+    print(json.dumps({{"free": free, "lockstep": lockstep, "own": own}}), flush=True)
     dist.barrier()
     dist.destroy_process_group()
 """)
@@ -43,5 +43,7 @@ def test_the_lockstep_probe_counts_each_steps_slowest_worker():
     # sleeps, whatever else slows both on a busy machine)
     assert all(t >= SLOW_S for t in slow["free"]) and sum(fast["free"]) < sum(slow["free"]), (fast, slow)
     # in lock-step, both report each step's slowest worker: the fast one waited for it
-    assert fast["lockstep"] == slow["lockstep"]
-    assert all(t >= SLOW_S for t in fast["lockstep"])
+    assert fast["lockstep"] == slow["lockstep"] and fast["own"] == slow["own"]
+    assert all(t >= SLOW_S for t in fast["own"])
+    # one machine: each step from the first start to the last end, at least the slowest worker's own
+    assert all(t >= o for t, o in zip(fast["lockstep"], fast["own"]))

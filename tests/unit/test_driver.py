@@ -117,6 +117,8 @@ def test_the_compute_probe_times_steps_before_each_repeat_and_leaves_the_run_as_
     assert params == pytest.approx(plain_params, rel=1e-9)
     assert len(probed["compute_probe_s"]) == 2 and len(probed["compute_probe_iter_s"]) == 6
     assert len(probed["compute_probe_lockstep_s"]) == 2 and all(t > 0 for t in probed["compute_probe_lockstep_s"])
+    # one worker: its own step is the whole step
+    assert probed["compute_probe_lockstep_own_s"] == probed["compute_probe_lockstep_s"]
     for r in range(2):  # one worker: the workers' mean step is its own
         assert probed["compute_probe_s"][r] == pytest.approx(sum(probed["compute_probe_iter_s"][3 * r:3 * r + 3]) / 3)
     assert all(t > 0 for t in probed["compute_probe_iter_s"])
@@ -230,10 +232,13 @@ def test_a_lockstep_step_runs_from_a_machines_first_start_to_its_last_end():
     # two workers of one machine: the second waited 0.5 s for a core before it started, which its
     # own step (0.7 s, the longest) leaves out; the step is 1.2 s
     one_machine = [("boot-a", [(10.0, 11.0), (20.0, 20.4)]), ("boot-a", [(10.5, 11.2), (20.1, 20.3)])]
-    assert driver.lockstep_steps_s(one_machine) == pytest.approx([1.2, 0.4])
+    whole, own = driver.lockstep_steps_s(one_machine)
+    assert whole == pytest.approx([1.2, 0.4]) and own == pytest.approx([1.0, 0.4])
     # a second machine's clock reads another time: its stamps are compared among themselves only,
     # and the slowest machine's step counts
     other = [("boot-b", [(500.0, 501.5), (900.0, 900.1)])]
-    assert driver.lockstep_steps_s(one_machine + other) == pytest.approx([1.5, 0.4])
+    whole, own = driver.lockstep_steps_s(one_machine + other)
+    assert whole == pytest.approx([1.5, 0.4]) and own == pytest.approx([1.5, 0.4])
     # one worker a machine: each worker's own step, the slowest
-    assert driver.lockstep_steps_s([("a", [(0.0, 1.0)]), ("b", [(7.0, 7.3)])]) == pytest.approx([1.0])
+    assert driver.lockstep_steps_s([("a", [(0.0, 1.0)]), ("b", [(7.0, 7.3)])]) == (pytest.approx([1.0]),
+                                                                                 pytest.approx([1.0]))

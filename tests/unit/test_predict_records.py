@@ -272,24 +272,34 @@ def test_validation_takes_one_workers_compute_from_the_runs_own_probe_where_it_h
     # lock-step steps: each the slowest worker's, which the iteration waits for
     record.write(tmp_path, {**_measured("wfbp-a2a", 2, 100.0), **base, "compute_probe_s": [0.14, 0.16],
                             "compute_probe_iter_s": steps, "compute_probe_lockstep_s": [0.2, 0.22]})
+    # and where it kept the slowest worker's own step beside the whole step (the last worker began
+    # 0.05 s after the first): that step, begun 0.05 s late
+    record.write(tmp_path, {**_measured("wfbp-a2a", 4, 100.0), **base, "compute_probe_s": [0.14, 0.16],
+                            "compute_probe_iter_s": steps, "compute_probe_lockstep_s": [0.2, 0.22],
+                            "compute_probe_lockstep_own_s": [0.14, 0.18]})
 
-    def predicted(workers, one, spread, copies=True, method="bsp-a2a"):
+    def predicted(workers, one, spread, copies=True, method="bsp-a2a", late=0.0):
         prof = replace(cli.load_profile("tiny-resnet", 8, one), iteration_s=spread)
         if copies:
             share = max(1, workers / 2)
             prof = prof.with_copy(2e-5 * share, 1e9 / share, "fixed")
+        prof = prof.started_late(late)
         opts = cli.study_opts("local", "ddlbench", backend="gloo")
         return cli.predict("tiny-resnet", [workers], "loopback", (method,), 8, one, opts, explain=False,
                            prof=prof)[0][(method, workers)].samples_per_sec
     shared, alone, runs, _, others = validation.local(str(tmp_path), "loopback")
     by_workers = {w: (p, source) for method, _, w, p, _, _, source in runs if method == "bsp-a2a"}
-    lockstep = [(p, source) for method, _, _, p, _, _, source in runs if method == "wfbp-a2a"]
-    assert lockstep == [(pytest.approx(predicted(2, 8 / 0.21, [], method="wfbp-a2a")), "lock-step")]
+    lockstep = {w: (p, source) for method, _, w, p, _, _, source in runs if method == "wfbp-a2a"}
+    assert lockstep == {2: (pytest.approx(predicted(2, 8 / 0.21, [], method="wfbp-a2a")), "lock-step"),
+                        4: (pytest.approx(predicted(4, 8 / 0.16, [], method="wfbp-a2a", late=0.05)), "lock-step")}
+    # begun late, its gradients appear later than in a step as long as the whole one
+    assert lockstep[4][0] < predicted(4, 8 / 0.21, [], method="wfbp-a2a")
     # beside it, the free-running steps' mean and spread, as a probe without lock-step steps gives
-    assert [p for p, _ in others["spread"]["wfbp-a2a"]] == [pytest.approx(predicted(2, 8 / 0.15, steps,
-                                                                                      method="wfbp-a2a"))]
+    assert [p for p, _ in others["spread"]["wfbp-a2a"]] == [pytest.approx(predicted(w, 8 / 0.15, steps,
+                                                                                      method="wfbp-a2a"))
+                                                              for w in (2, 4)]
     # (the free-running steps' spread would wait 0.1875 s a step: E[max of 2 draws])
-    assert lockstep[0][0] < predicted(2, 8 / 0.15, steps, method="wfbp-a2a")
+    assert lockstep[2][0] < predicted(2, 8 / 0.15, steps, method="wfbp-a2a")
     assert by_workers[2] == (pytest.approx(predicted(2, 8 / 0.15, steps)), "probe")
     assert by_workers[4] == (pytest.approx(predicted(4, 100.0, fixed.iteration_s)), "profile")
     assert by_workers[2][0] < predicted(2, 100.0, fixed.iteration_s)  # the probe's slower compute

@@ -75,6 +75,18 @@ def test_wfbp_overlaps_backward():
     assert period("wfbp-a2a", toy(), two_gpus()) == pytest.approx(5.0)
 
 
+def test_a_step_begun_late_delays_its_gradients():
+    # the last worker began 2 s late (shared cores): forward [0, 3], backward [3, 6], p2, p1, p0
+    # ready at 4, 5, 6 -> [4, 5], [5, 6], [6, 7]: 7 s, the 5 s iteration 2 s later; BSP's 6 s too
+    late = toy().started_late(2.0)
+    assert (late.forward_s, late.need_s, late.ready_s) == (3.0, [2.0, 2.3, 2.6], [3.0, 2.0, 1.0])
+    assert late.compute_s == pytest.approx(6.0)
+    assert period("wfbp-a2a", late, two_gpus()) == pytest.approx(7.0)
+    assert period("bsp-a2a", late, two_gpus()) == pytest.approx(8.0)
+    with pytest.raises(ValueError, match=r"start delay -1.0 s is invalid; accepted: a finite number >= 0"):
+        toy().started_late(-1.0)
+
+
 def test_wfbp_queues_on_one_stream():
     # p2, p1, p0 ready at 1.5, 1.6, 1.7 (forward 1 + 0.5, 0.6, 0.7): each waits for the one before:
     # [1.5, 2.5], [2.5, 3.5], [3.5, 4.5]; backward ended at 1.7 long before
