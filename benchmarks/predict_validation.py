@@ -455,7 +455,7 @@ def probe_lockstep_s(rec: dict) -> tuple[float, float] | None:
     measured: on shared cores a worker is slow because its neighbours ran, so the maximum of W
     independent draws from the free-running steps (`Profile.sync_factor`) made that wait 1.3-2.0
     times the mean step at 4 workers on 2 cores, where the slowest worker's own step took
-    0.97-1.25 times it; and half of them start when the others are done (2-2.5 ms later there),
+    0.97-1.25 times it; and half of them start when the others are done (2.1-3.5 ms later there),
     so their gradients appear that much later (`Profile.started_late`)."""
     steps = rec.get("compute_probe_lockstep_s")
     if not (steps and probe_compute_s(rec)):

@@ -37,7 +37,8 @@ neighbours is slow because they ran, so their steps are no independent draws (4 
 cores: the slowest worker's own step took 0.97-1.25 times the mean free-running step, where the
 maximum of 4 draws from a worker's steps gave 1.3-2.0), and a worker that waits for a core
 after the barrier starts late, which its own step leaves out (there, the first start to the
-last end took 2-2.5 ms more than the slowest worker's own step).
+last end took 2.1-3.5 ms more than the slowest worker's own step, 1.2-1.35 times it; at 2 workers
+0.1-0.5 ms).
 The predictor's validation calibrates its compute from both; they are no multi-worker result
 (nothing communicates but the barrier, outside every timed step) and never enter the throughput.
 """
@@ -161,11 +162,10 @@ class _Probe:
             t0 = time.perf_counter()
             self._step(ctx, batches[i % len(batches)])
             spans.append((t0, time.perf_counter()))
-        everyone = [None] * ctx.world
-        if ctx.world > 1:
+        everyone = [(hostcpu.clock_key(), spans)]
+        if ctx.world > 1:  # one collective, after the steps
+            everyone = [None] * ctx.world
             dist.all_gather_object(everyone, (hostcpu.clock_key(), spans), group=ctx.group)
-        else:
-            everyone = [(hostcpu.clock_key(), spans)]
         lockstep, own = lockstep_steps_s(everyone)
         tracer.complete("compute probe", "probe", t0_us, tracer.now_us(),
                         {"iter": iteration, "iters": self.iters, "repeat": repeat})
@@ -185,9 +185,10 @@ def lockstep_steps_s(everyone: list) -> tuple[list[float], list[float]]:
     end (its workers read one clock, `hostcpu.clock_key`), the slowest machine's; and the slowest
     worker's own step, from its own start. A worker's own start leaves out what it waited for a
     core after the barrier let it go: where W workers share fewer cores, half of them start when
-    the others' steps are done (4 workers on 2 cores, tiny-resnet: 11.9-12.6 ms from the first
-    start to the last end, where the slowest worker's own step took 9.5-10.2). The difference is
-    a late start, not a longer step: the last worker's gradients appear in its own step's time."""
+    the others' steps are done (4 workers on 2 cores, tiny-resnet, two benches: 12.3-15.4 ms from
+    the first start to the last end, where the slowest worker's own step took 9.8-12.0). The
+    difference is a late start, not a longer step: the last worker's gradients appear in its own
+    step's time."""
     machines: dict = {}
     for key, spans in everyone:
         machines.setdefault(key, []).append(spans)
