@@ -780,6 +780,7 @@ class PSComm:
         c, sim = self.cluster, self.sim
         nbytes = part.numel * self.esize
         reduce_s, broadcast_s = self._stages_s(nbytes)
+
         def broadcast(then):
             self.node.submit((broadcast_s, 0.0, None, then))
 

@@ -659,6 +659,17 @@ def assert_rejected(tmp_path, data: str, field: str, value, match: str) -> None:
         network.load("bad", tmp_path)
 
 
+def assert_loads_extra(tmp_path, spec, field: str, extra: dict, data: str, a: float, b: float) -> None:
+    """`spec` written as tmp_path/box.yaml loads with `field` (a Cluster's after-compute extras)
+    equal to `extra`, kept on one machine of 2 workers; commbench rows without such rounds write
+    no `data`."""
+    network.write_config(spec, tmp_path)
+    c = network.load("box", tmp_path)
+    assert getattr(c, field) == extra
+    assert getattr(network.on_one_machine(c, 2), field) == getattr(c, field)
+    assert data not in network.commbench_network(commbench_rows(a, b), "box", "test data")
+
+
 def test_commbench_round_after_compute_gives_what_a_collective_pays_then(tmp_path):
     """commbench's round after compute (the model's gradients as one all-reduce once every rank
     computed) is kept as measured (`data_after_compute`); loading the config gives what it took
@@ -675,11 +686,8 @@ def test_commbench_round_after_compute_gives_what_a_collective_pays_then(tmp_pat
         2: {"tiny-resnet": {"bytes": n, "compute_s": 0.005, "measured_s": pytest.approx(a + b * n + 3e-4)}},
         3: {"tiny-resnet": {"bytes": n, "compute_s": 0.005, "measured_s": pytest.approx(1e-6)}}}
     assert "right after every rank computed" in spec["sources"]["after_compute"]
-    network.write_config(spec, tmp_path)
-    c = network.load("box", tmp_path)
-    assert c.after_compute_s == {2: pytest.approx(3e-4, rel=1e-6), 3: 0.0}
-    assert network.on_one_machine(c, 2).after_compute_s == c.after_compute_s
-    assert "data_after_compute" not in network.commbench_network(commbench_rows(a, b), "box", "test data")
+    assert_loads_extra(tmp_path, spec, "after_compute_s", {2: pytest.approx(3e-4, rel=1e-6), 3: 0.0},
+                       "data_after_compute", a, b)
     for field, value in (("measured_s", 0), ("compute_s", None)):  # no compute: no refill to reckon with
         assert_rejected(tmp_path, "data_after_compute", field, value,
                         "data_after_compute 2 tiny-resnet.*is invalid; accepted: .*compute_s > 0")
@@ -714,11 +722,8 @@ def test_commbench_ps_round_after_compute_gives_what_a_ps_round_pays_then(tmp_pa
         4: {"tiny-resnet": {"bytes": n, "compute_s": 0.005, "measured_s": pytest.approx(1e-4),
                             "back_to_back_s": pytest.approx(pa + pb * n, rel=1e-6)}}}
     assert "push_pull_after_compute" in spec["sources"]["ps_after_compute"]
-    network.write_config(spec, tmp_path)
-    c = network.load("box", tmp_path)
-    assert c.ps_after_compute_s == {2: pytest.approx(5e-4, rel=1e-4), 4: 0.0}
-    assert network.on_one_machine(c, 2).ps_after_compute_s == c.ps_after_compute_s
-    assert "data_ps_after_compute" not in network.commbench_network(commbench_rows(a, b), "box", "test data")
+    assert_loads_extra(tmp_path, spec, "ps_after_compute_s", {2: pytest.approx(5e-4, rel=1e-4), 4: 0.0},
+                       "data_ps_after_compute", a, b)
     assert_rejected(tmp_path, "data_ps_after_compute", "measured_s", 0,
                     "data_ps_after_compute 2 tiny-resnet.*is invalid; accepted: .*measured_s > 0")
 
