@@ -327,8 +327,9 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
     """Over our own records with a known network: ({method: [(predicted, measured)]} with the
     workers sharing this machine, the same as if each had it alone, the per-run rows
     (method, network, workers, predicted, measured, MG-WFBP's plan check, where the compute came
-    from: "lock-step", "probe" or "profile") of the first, {(model, batch, method, network): ByteScheduler's
-    calibrated machinery per unit in seconds}, and the first again with other calibrations:
+    from: "lock-step", "probe" or "profile") of the first, {(model, batch, method, network):
+    ByteScheduler's calibrated machinery per unit in seconds}, and the first again with other
+    calibrations:
     {"profile": every run's compute from the bench-end profile, probe or not; "spread": a
     lock-step probe's run with its free-running steps' mean and spread instead, as records
     before it had (the others as the first)}).
@@ -341,8 +342,8 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
     with every worker timing training steps alone, at once, with nothing communicating), the
     slowest worker's own step of its lock-step steps, begun as late as the last worker began it
     (`probe_lockstep_s`: what the W workers' compute costs an iteration that waits for all of
-    them), or in records before those, its mean step,
-    with its steps' spread as what the W workers wait for (`Profile.sync_factor`); else the
+    them), or in records before those, its mean step, with its steps' spread as what the W
+    workers wait for (`Profile.sync_factor`); else the
     one-worker throughput rescaled by the ratio of two profiles, one worker alone at the
     one-worker run's threads against one worker beside W-1 others at the W-worker run's threads
     (`setup_profiles`: profile.measured, sharers=W; no communication runs in either), measured
