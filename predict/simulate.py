@@ -86,7 +86,10 @@ but for PS on the emulated cluster's links, below):
   threads, the kernel's networking), and backward takes W x that / cores longer: for WFBP,
   MG-WFBP and DDP, each all-reduce's CPU spread over the time it runs and counted for the share
   that runs before backward ends (`allreduce_cpu_in_backward_s`); for ByteScheduler, every
-  partition's but those that leave with backward's last gradient;
+  partition's but those that leave with backward's last gradient. Where the workers outnumber
+  the cores and the all-reduces run on measured lanes (`starves`: 4 workers on 2 cores here),
+  none of that: an all-reduce launched during backward progresses only at its wire's share of
+  its time till backward ends (none on a loopback; `Lanes.starve`), and takes no cores from it;
 - a per-machine PS node of several workers on one machine's cores (a local run): its stage per
   message is at least what make commbench's node bursts took per key (`Cluster.node_ps_s`: the
   node's reduce, the leader's control message, push, pull and broadcast, as the runtime's
@@ -160,7 +163,8 @@ Measured, not modelled yet (each alone moves other methods the wrong way):
   multiplying 256 x 256 matrices beside it, took 1.7-2.5 ms on average for a 1 KiB all-reduce
   (0.4-0.5 ms median: a call now and then waits out a scheduler slice) against 0.55-0.92 ms
   alone. commbench times its all-reduces on idle workers; WFBP's and ByteScheduler's messages
-  leave during backward;
+  leave during backward (where the workers outnumber the cores, `starves` above models them;
+  at 2 workers on 2 cores, not; nor ByteScheduler's during the next forward);
 - the cores a local run's other processes take: at 2 workers on 2 cores, commbench's 2-rank
   reduce (0.31 ms, a core per rank) is a third of what the run's node stage pays beside its
   server and dispatcher threads (its trace: 29 messages drain after backward at about 1.4 ms
@@ -424,6 +428,19 @@ def default_algorithm(stack: str, backend: str | None = None) -> str:
     return "ring" if backend == "gloo" else "nccl"
 
 
+def starves(cluster: Cluster, workers: int, algorithm: str) -> bool:
+    """The workers share one machine's cores (`Cluster.host_cpu`) and outnumber them, and their
+    all-reduces run on measured lanes (`Lanes`): there no all-reduce progresses during backward
+    beyond its wire's time (`Lanes.starve`), and none takes cores from it. Traced here
+    (tiny-resnet, 4 workers on 2 cores): WFBP-A2A's per-tensor all-reduces, local and at
+    1 Gbit/s emulated, none ended before the last worker's backward did (the first 0.1-0.5 ms
+    before it, the rest 1.1-1.3 ms apart after), and that backward ended when the compute alone
+    would; MG-WFBP's 159 KB group at 100 Mbit/s, launched during backward, ended about a wire's
+    time after its launch."""
+    return (cluster.host_cpu is not None and workers > cluster.host_cpu.cores
+            and algorithm == cluster.measured_algorithm and bool(cluster.lane_speed.get(workers)))
+
+
 def ring_link_bytes(nbytes: float, workers: int) -> float:
     """What a ring all-reduce of n bytes sends through each link direction: 2 (W-1) / W of it."""
     return 2 * (workers - 1) / workers * nbytes
@@ -458,54 +475,84 @@ class Lanes:
     submission order, up to `lanes` at once; one alone runs at its own pace, and while more run
     each progresses at `shared_speed` of it: the threads share the machine's cores and the links.
     A job is (duration alone, on_done). Processor sharing: whenever a job starts or ends, the
-    others' remaining work is brought up to date and the next end rescheduled."""
+    others' remaining work is brought up to date and the next end rescheduled.
+
+    Until `starve`'s time (the workers' compute holding cores they outnumber), a job progresses
+    only at the share of its time that is not its `starved_s` (what needs a core: all of it on
+    one machine's loopback, all but the wire's time on the emulated cluster's shaped links)."""
 
     def __init__(self, sim: Sim, lanes: int, shared_speed: float):
         self.sim, self.lanes, self.shared_speed = sim, lanes, shared_speed
         self.fifo: deque = deque()
-        self.running: dict[int, list] = {}  # job id -> [remaining seconds alone, on_done]
+        self.running: dict[int, list] = {}  # job id -> [remaining seconds alone, on_done, speed while starved]
         self.seq = self.version = 0
         self.last = 0.0
+        self.starved_until = -math.inf
 
-    def submit(self, dur_s: float, on_done, on_start=None) -> None:
+    def starve(self, until: float) -> None:
+        """Until `until`, jobs progress only at their speed while starved (see the class)."""
         self._advance()
-        self.fifo.append((dur_s, on_done, on_start))
+        self.starved_until = until
+        self.sim.at(until, self._wake)
+        self._schedule()
+
+    def submit(self, dur_s: float, on_done, on_start=None, starved_s: float = 0.0) -> None:
+        self._advance()
+        self.fifo.append((dur_s, on_done, on_start, starved_s))
         self._fill()
         self._schedule()
 
     def _rate(self) -> float:
         return self.shared_speed if len(self.running) > 1 else 1.0
 
+    def _speed(self, job: list) -> float:
+        """A job's speed relative to the lanes' rate now."""
+        return job[2] if self.sim.now < self.starved_until else 1.0
+
     def _advance(self) -> None:
         now = self.sim.now
         if self.running and now > self.last:
             rate = self._rate()
+            starved = max(0.0, min(now, self.starved_until) - self.last)
+            free = now - self.last - starved
             for job in self.running.values():
-                job[0] -= (now - self.last) * rate
+                job[0] -= (starved * job[2] + free) * rate
         self.last = now
 
     def _fill(self) -> None:
         while self.fifo and len(self.running) < self.lanes:
             self.seq += 1
-            dur, on_done, on_start = self.fifo.popleft()
+            dur, on_done, on_start, starved_s = self.fifo.popleft()
             if callable(dur):  # a duration that depends on when the job starts (a Bucket's tokens)
                 dur = dur(self.sim.now)
             if on_start is not None:
                 on_start(self.sim.now)
-            self.running[self.seq] = [dur, on_done]
+            self.running[self.seq] = [dur, on_done, max(0.0, dur - starved_s) / dur if dur > 0 else 1.0]
+
+    def _left_s(self) -> dict[int, float]:
+        """Each running job's time to its end at the present pace (inf: none while starved)."""
+        rate = self._rate()
+        return {j: max(0.0, job[0]) / (rate * self._speed(job)) if self._speed(job) > 0 else math.inf
+                for j, job in self.running.items()}
 
     def _schedule(self) -> None:
         self.version += 1
         if self.running:
-            first = min(job[0] for job in self.running.values())
-            self.sim.at(self.sim.now + max(0.0, first) / self._rate(), self._end, self.version)
+            first = min(self._left_s().values())
+            if first < math.inf:  # else the end of the starving (`_wake`) reschedules
+                self.sim.at(self.sim.now + first, self._end, self.version)
+
+    def _wake(self) -> None:
+        self._advance()
+        self._schedule()
 
     def _end(self, version: int) -> None:
         if version != self.version:  # a start or an end since changed every job's pace
             return
         self._advance()
-        first = min(job[0] for job in self.running.values())
-        done = [j for j, job in self.running.items() if job[0] <= first + 1e-12]
+        left = self._left_s()
+        first = min(left.values())
+        done = [j for j, t in left.items() if t <= first + 1e-12]
         callbacks = [self.running.pop(j)[1] for j in done]
         self._fill()
         self._schedule()
@@ -618,6 +665,11 @@ class AllReduceComm:
         self.after_compute = AfterCompute(sim, cluster.after_compute_s.get(workers, 0.0)
                                           if algorithm == cluster.measured_algorithm else 0.0)
 
+    def starve(self, until: float) -> None:
+        """The workers compute on cores they outnumber until `until` (`starves`): till then an
+        all-reduce progresses only as fast as its wire's share of its time lets it (`Lanes`)."""
+        self.lanes.starve(until)
+
     def send(self, nbytes: int, extra_s: float, on_done, on_start=None) -> None:
         w = self.workers
         dur = self.cluster.allreduce_s(nbytes, w, self.algorithm)
@@ -625,7 +677,11 @@ class AllReduceComm:
             extra_s += self.after_compute.start()
             on_done = self.after_compute.ended(on_done)
         if self.lanes is not None:
-            self.lanes.submit(timed(self.bucket, ring_link_bytes(nbytes, w), dur, extra_s), on_done, on_start)
+            link_bytes = ring_link_bytes(nbytes, w)
+            # the shaped wire's time needs no core; the rest (all of it on a loopback) does
+            wire_s = link_bytes * self.cluster.inter.beta_s_per_byte if self.bucket is not None else 0.0
+            self.lanes.submit(timed(self.bucket, link_bytes, dur, extra_s), on_done, on_start,
+                              starved_s=max(0.0, dur - wire_s) + extra_s)
             return
         self.stream.submit((self.stream.timed(ring_link_bytes(nbytes, w), dur, extra_s), 0.0,
                             None if on_start is None else (lambda now, end: on_start(now)), on_done))
@@ -643,6 +699,9 @@ class HorovodCycle:
         self.sim, self.comm, self.cycle_s, self.fusion_bytes = sim, comm, cycle_s, fusion_bytes
         self.pending: list = []
         self.tick_pending = False
+
+    def starve(self, until: float) -> None:
+        self.comm.starve(until)
 
     def send(self, nbytes: int, extra_s: float, on_done) -> None:
         self.pending.append((nbytes, extra_s, on_done))
@@ -1071,7 +1130,9 @@ def simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opts
     if wait > 1:
         profile = profile.slower(wait)  # every step waits for the slowest worker's compute
     cpu_s = host_cpu_s(p, profile, cluster, workers, cfg, opts)
-    if cpu_s and not p.ps and not p.bytescheduler:  # only what runs during backward takes its cores
+    if cpu_s and not p.ps and starves(cluster, workers, opts.algorithm):
+        cpu_s = 0.0  # the workers outnumber the cores: no all-reduce runs during backward
+    elif cpu_s and not p.ps and not p.bytescheduler:  # only what runs during backward takes its cores
         cpu_s = allreduce_cpu_in_backward_s(p, profile, cluster, workers, cfg, opts)
     if p.bytescheduler:
         cpu_s += opts.bytescheduler_cpu_s  # measured beside the other workers: one worker's own share
@@ -1312,6 +1373,8 @@ def _communicate(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg:
             comm = PSComm(sim, cluster, workers, parts, esize, cfg, opts, server_schedule=False, buckets=buckets)
         else:
             comm = allreduce_comm(sim, cluster, workers, opts, horovod_defaults=True, buckets=buckets)
+            if starves(cluster, workers, opts.algorithm):
+                comm.starve(b_end)
 
         def landed(pid):
             i = param_of[pid]
@@ -1371,6 +1434,8 @@ def _communicate(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg:
                       p.server_schedule, buckets)
     else:
         comm = allreduce_comm(sim, cluster, workers, opts, buckets=buckets)
+        if starves(cluster, workers, opts.algorithm):
+            comm.starve(b_end)
     for g, members in enumerate(messages):
         launch = max(ready[i] for i in members) if p.eager else b_end
         nbytes = sum(profile.numels[i] for i in members) * esize

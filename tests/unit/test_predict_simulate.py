@@ -752,6 +752,57 @@ def test_lanes_run_two_collectives_at_once_each_at_the_shared_speed_by_hand():
     assert ends == pytest.approx({"a": 3.0, "b": 3.0})
 
 
+def test_starved_lanes_progress_only_at_their_wire_share_by_hand():
+    """While the workers compute on cores they outnumber (`Lanes.starve`), a job progresses only
+    at the share of its time that needs no core: none on a loopback, its wire's on a shaped link."""
+    sim = simulate.Sim()
+    lanes = simulate.Lanes(sim, 2, 0.5)
+    ends = {}
+    lanes.starve(2.0)
+    lanes.submit(1.0, lambda: ends.setdefault("a", sim.now), starved_s=1.0)  # all of it needs a core
+    lanes.submit(2.0, lambda: ends.setdefault("b", sim.now), starved_s=1.0)  # half of it is wire
+    sim.at(6.0, lanes.submit, 1.0, lambda: ends.setdefault("c", sim.now), None, 1.0)  # after: as ever
+    sim.run()
+    # [0, 2]: a nothing, b 2 x 0.5 x 0.5 = 0.5 (1.5 left); then both at 0.5: a ends at 4, b alone
+    # from there with 0.5 left
+    assert ends == pytest.approx({"a": 4.0, "b": 4.5, "c": 7.0})
+    sim = simulate.Sim()
+    lanes = simulate.Lanes(sim, 2, 0.5)
+    ends = {}
+    lanes.submit(1.0, lambda: ends.setdefault("a", sim.now), starved_s=1.0)
+    lanes.submit(2.0, lambda: ends.setdefault("b", sim.now), starved_s=1.0)
+    sim.run()
+    assert ends == pytest.approx({"a": 2.0, "b": 3.0})  # not starved: the starved share is moot
+
+
+def test_all_reduces_wait_out_backward_where_the_workers_outnumber_the_cores():
+    """4 workers on 2 cores, all-reduces on Gloo's measured lanes (`simulate.starves`): WFBP-A2A's
+    all-reduces launched during backward make no progress till it ends (a loopback: all of an
+    all-reduce needs a core) and take no cores from it; on the emulated cluster's shaped links
+    they progress at their wire's share. Forward 1 s, backward 3 s, gradients at 2, 3 and 4 s."""
+    fit = {"s_per_message": 0.5, "s_per_byte": 0.0}
+    loop = Cluster("toy", intra=None, inter=Link(0.25, 1.25e-5), gpus_per_node=1, measured_algorithm="ring",
+                   lane_speed={4: 0.5}, host_cpu=HostCpu(cores=2, s_per_message=0.0, allreduce={4: fit}))
+    opts = dict(stack="ddlbench", backend="gloo")
+    one = loop.allreduce_s(40_000, 4, "ring")
+    assert simulate.starves(loop, 4, "ring")
+    # at 4: the first two share the lanes from 4 s (2 x one), the third then alone
+    assert period("wfbp-a2a", toy(), loop, 4, **opts) == pytest.approx(4 + 3 * one)
+    for not_starved in (replace(loop, host_cpu=HostCpu(cores=4, s_per_message=0.0, allreduce={4: fit})),
+                        replace(loop, lane_speed={})):
+        assert not simulate.starves(not_starved, 4, "ring")
+    assert not simulate.starves(loop, 2, "ring") and not simulate.starves(loop, 4, "nccl")
+    # cores enough: the all-reduces run during backward and take their CPU from it
+    assert period("wfbp-a2a", toy(), replace(loop, host_cpu=HostCpu(cores=4, s_per_message=0.0,
+                                                                    allreduce={4: fit})), 4, **opts) < 4 + 3 * one
+    # shaped links (a bucket too shallow to matter): 0.75 s of each 2.25 s is wire, a third. p2
+    # alone [2, 3]: 1/3 done; with p1 at 0.5 [3, 4]: 1/6 each; then p2's 1.75 at 0.5 ends at 7.5,
+    # p1's last 1/3 at 0.5 with p0 at 8 1/6, p0's last 1.9167 alone at 10 1/12
+    wire = replace(loop, inter=Link(0.25, 1.25e-5, burst_bytes=1e-6))
+    assert one == pytest.approx(2.25) and wire.allreduce_s(40_000, 4, "ring") == pytest.approx(one)
+    assert period("wfbp-a2a", toy(), wire, 4, **opts) == pytest.approx(10 + 1 / 12)
+
+
 def test_lane_speed_is_the_speed_at_which_a_burst_takes_its_measured_time_by_hand():
     # four 1 s all-reduces on two lanes at speed s: two pairs, 2 / s
     assert simulate.lane_speed([1.0] * 4, 2.5, 2) == pytest.approx(0.8)
