@@ -90,6 +90,8 @@ but for PS on the emulated cluster's links, below):
   the cores and the all-reduces run on measured lanes (`starves`: 4 workers on 2 cores here),
   none of that: an all-reduce launched during backward progresses only at its wire's share of
   its time till backward ends (none on a loopback; `Lanes.starve`), and takes no cores from it;
+  ByteScheduler's, which overlap the next forward, till a forward's length after it (its
+  pieces hold the cores as backward does: as if it computed first, then the messages ran);
 - a per-machine PS node of several workers on one machine's cores (a local run): its stage per
   message is at least what make commbench's node bursts took per key (`Cluster.node_ps_s`: the
   node's reduce, the leader's control message, push, pull and broadcast, as the runtime's
@@ -164,7 +166,7 @@ Measured, not modelled yet (each alone moves other methods the wrong way):
   (0.4-0.5 ms median: a call now and then waits out a scheduler slice) against 0.55-0.92 ms
   alone. commbench times its all-reduces on idle workers; WFBP's and ByteScheduler's messages
   leave during backward (where the workers outnumber the cores, `starves` above models them;
-  at 2 workers on 2 cores, not; nor ByteScheduler's during the next forward);
+  at 2 workers on 2 cores, not);
 - the cores a local run's other processes take: at 2 workers on 2 cores, commbench's 2-rank
   reduce (0.31 ms, a core per rank) is a third of what the run's node stage pays beside its
   server and dispatcher threads (its trace: 29 messages drain after backward at about 1.4 ms
@@ -1374,7 +1376,9 @@ def _communicate(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg:
         else:
             comm = allreduce_comm(sim, cluster, workers, opts, horovod_defaults=True, buckets=buckets)
             if starves(cluster, workers, opts.algorithm):
-                comm.starve(b_end)
+                # its all-reduces overlap the next forward too, whose pieces hold the cores as
+                # backward does: as if the forward computed first, then the messages ran
+                comm.starve(b_end + profile.forward_s)
 
         def landed(pid):
             i = param_of[pid]

@@ -803,6 +803,25 @@ def test_all_reduces_wait_out_backward_where_the_workers_outnumber_the_cores():
     assert period("wfbp-a2a", toy(), wire, 4, **opts) == pytest.approx(10 + 1 / 12)
 
 
+def test_bytescheduler_all_reduces_also_wait_out_the_next_forward_where_the_workers_outnumber_the_cores():
+    """ByteScheduler's all-reduces overlap the next forward as well, whose pieces hold the cores
+    as backward does: they wait out backward and a forward's length after it (b_end 4 + 1), then
+    p2's and p1's share the lanes, p0's follows alone (the toy's 40 KB gradients, one partition
+    each, all within the credit)."""
+    fit = {"s_per_message": 0.5, "s_per_byte": 0.0}
+    loop = Cluster("toy", intra=None, inter=Link(0.25, 1.25e-5), gpus_per_node=1, measured_algorithm="ring",
+                   lane_speed={4: 0.5}, host_cpu=HostCpu(cores=2, s_per_message=0.0, allreduce={4: fit}))
+    opts = simulate.Options(stack="ddlbench", backend="gloo")
+    prof, one = toy(), loop.allreduce_s(40_000, 4, "ring")
+    cfg = simulate.method_config("bytescheduler-a2a")
+    plan = simulate.plan_for("bytescheduler-a2a", prof, loop, 4, opts)
+    assert simulate.bytescheduler_units(prof, cfg)[0] == [10_000] * 3
+    done = simulate._communicate(plan, prof, loop, 4, cfg, opts, 1.0, 4.0)
+    assert done == pytest.approx([5 + 3 * one, 5 + 2 * one, 5 + 2 * one])
+    free = replace(loop, host_cpu=HostCpu(cores=4, s_per_message=0.0, allreduce={4: fit}))
+    assert max(simulate._communicate(plan, prof, free, 4, cfg, opts, 1.0, 4.0)) < 4 + 3 * one
+
+
 def test_lane_speed_is_the_speed_at_which_a_burst_takes_its_measured_time_by_hand():
     # four 1 s all-reduces on two lanes at speed s: two pairs, 2 / s
     assert simulate.lane_speed([1.0] * 4, 2.5, 2) == pytest.approx(0.8)
