@@ -434,11 +434,11 @@ def starves(cluster: Cluster, workers: int, algorithm: str) -> bool:
     """The workers share one machine's cores (`Cluster.host_cpu`) and outnumber them, and their
     all-reduces run on measured lanes (`Lanes`): there no all-reduce progresses during backward
     beyond its wire's time (`Lanes.starve`), and none takes cores from it. Traced here
-    (tiny-resnet, 4 workers on 2 cores): WFBP-A2A's per-tensor all-reduces, local and at
-    1 Gbit/s emulated, none ended before the last worker's backward did (the first 0.1-0.5 ms
-    before it, the rest 1.1-1.3 ms apart after), and that backward ended when the compute alone
-    would; MG-WFBP's 159 KB group at 100 Mbit/s, launched during backward, ended about a wire's
-    time after its launch."""
+    (tiny-resnet, 4 workers on 2 cores): of WFBP-A2A's per-tensor all-reduces, local and at
+    1 Gbit/s emulated, the first ended within 0.5 ms of the last worker's backward, the rest
+    1.1-1.3 ms apart after it, and that backward ended when the compute alone would; MG-WFBP's
+    159 KB group at 100 Mbit/s, launched during backward, ended about a wire's time after its
+    launch."""
     return (cluster.host_cpu is not None and workers > cluster.host_cpu.cores
             and algorithm == cluster.measured_algorithm and bool(cluster.lane_speed.get(workers)))
 
@@ -1471,8 +1471,9 @@ def _communicate(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg:
 def explain(method: str, profile: Profile, cluster: Cluster, workers: int, opts: Options | None = None) -> dict:
     """Where the predicted iteration goes: compute, and the exposed communication attributed by
     re-simulating without each cost in turn: latency (every alpha 0), bandwidth (every beta 0),
-    server (servers as fast as one machine's link and summing free), cpu (PS messages free of
-    the cores that workers and servers share, `Cluster.host_cpu`), scheduler (ByteScheduler's
+    server (servers as fast as one machine's link and summing free), cpu (messages free of the
+    cores that workers and servers share, `Cluster.host_cpu`: no CPU charged to compute, no
+    all-reduce waiting out compute, `starves`), scheduler (ByteScheduler's
     own machinery free, `Options.bytescheduler_unit_s` and `bytescheduler_cpu_s`), stragglers (no worker waits for a
     slower one, `Options.stragglers`). Each share is what the
     iteration would lose without that cost alone; shares overlap and need not add up."""

@@ -775,26 +775,31 @@ def test_starved_lanes_progress_only_at_their_wire_share_by_hand():
     assert ends == pytest.approx({"a": 2.0, "b": 3.0})  # not starved: the starved share is moot
 
 
+def four_workers_on_two_cores() -> Cluster:
+    """A loopback measured with Gloo (ring, two lanes at half speed at 4 ranks) whose 4 workers
+    share 2 cores, each all-reduce 0.5 s of CPU per worker."""
+    return Cluster("toy", intra=None, inter=Link(0.25, 1.25e-5), gpus_per_node=1, measured_algorithm="ring",
+                   lane_speed={4: 0.5}, host_cpu=HostCpu(cores=2, s_per_message=0.0,
+                                                         allreduce={4: {"s_per_message": 0.5, "s_per_byte": 0.0}}))
+
+
 def test_all_reduces_wait_out_backward_where_the_workers_outnumber_the_cores():
     """4 workers on 2 cores, all-reduces on Gloo's measured lanes (`simulate.starves`): WFBP-A2A's
     all-reduces launched during backward make no progress till it ends (a loopback: all of an
     all-reduce needs a core) and take no cores from it; on the emulated cluster's shaped links
     they progress at their wire's share. Forward 1 s, backward 3 s, gradients at 2, 3 and 4 s."""
-    fit = {"s_per_message": 0.5, "s_per_byte": 0.0}
-    loop = Cluster("toy", intra=None, inter=Link(0.25, 1.25e-5), gpus_per_node=1, measured_algorithm="ring",
-                   lane_speed={4: 0.5}, host_cpu=HostCpu(cores=2, s_per_message=0.0, allreduce={4: fit}))
+    loop = four_workers_on_two_cores()
     opts = dict(stack="ddlbench", backend="gloo")
     one = loop.allreduce_s(40_000, 4, "ring")
     assert simulate.starves(loop, 4, "ring")
     # at 4: the first two share the lanes from 4 s (2 x one), the third then alone
     assert period("wfbp-a2a", toy(), loop, 4, **opts) == pytest.approx(4 + 3 * one)
-    for not_starved in (replace(loop, host_cpu=HostCpu(cores=4, s_per_message=0.0, allreduce={4: fit})),
-                        replace(loop, lane_speed={})):
+    four_cores = replace(loop, host_cpu=replace(loop.host_cpu, cores=4))
+    for not_starved in (four_cores, replace(loop, lane_speed={})):
         assert not simulate.starves(not_starved, 4, "ring")
     assert not simulate.starves(loop, 2, "ring") and not simulate.starves(loop, 4, "nccl")
     # cores enough: the all-reduces run during backward and take their CPU from it
-    assert period("wfbp-a2a", toy(), replace(loop, host_cpu=HostCpu(cores=4, s_per_message=0.0,
-                                                                    allreduce={4: fit})), 4, **opts) < 4 + 3 * one
+    assert period("wfbp-a2a", toy(), four_cores, 4, **opts) < 4 + 3 * one
     # shaped links (a bucket too shallow to matter): 0.75 s of each 2.25 s is wire, a third. p2
     # alone [2, 3]: 1/3 done; with p1 at 0.5 [3, 4]: 1/6 each; then p2's 1.75 at 0.5 ends at 7.5,
     # p1's last 1/3 at 0.5 with p0 at 8 1/6, p0's last 1.9167 alone at 10 1/12
@@ -808,9 +813,7 @@ def test_bytescheduler_all_reduces_also_wait_out_the_next_forward_where_the_work
     as backward does: they wait out backward and a forward's length after it (b_end 4 + 1), then
     p2's and p1's share the lanes, p0's follows alone (the toy's 40 KB gradients, one partition
     each, all within the credit)."""
-    fit = {"s_per_message": 0.5, "s_per_byte": 0.0}
-    loop = Cluster("toy", intra=None, inter=Link(0.25, 1.25e-5), gpus_per_node=1, measured_algorithm="ring",
-                   lane_speed={4: 0.5}, host_cpu=HostCpu(cores=2, s_per_message=0.0, allreduce={4: fit}))
+    loop = four_workers_on_two_cores()
     opts = simulate.Options(stack="ddlbench", backend="gloo")
     prof, one = toy(), loop.allreduce_s(40_000, 4, "ring")
     cfg = simulate.method_config("bytescheduler-a2a")
@@ -818,8 +821,8 @@ def test_bytescheduler_all_reduces_also_wait_out_the_next_forward_where_the_work
     assert simulate.bytescheduler_units(prof, cfg)[0] == [10_000] * 3
     done = simulate._communicate(plan, prof, loop, 4, cfg, opts, 1.0, 4.0)
     assert done == pytest.approx([5 + 3 * one, 5 + 2 * one, 5 + 2 * one])
-    free = replace(loop, host_cpu=HostCpu(cores=4, s_per_message=0.0, allreduce={4: fit}))
-    assert max(simulate._communicate(plan, prof, free, 4, cfg, opts, 1.0, 4.0)) < 4 + 3 * one
+    four_cores = replace(loop, host_cpu=replace(loop.host_cpu, cores=4))
+    assert max(simulate._communicate(plan, prof, four_cores, 4, cfg, opts, 1.0, 4.0)) < 4 + 3 * one
 
 
 def test_lane_speed_is_the_speed_at_which_a_burst_takes_its_measured_time_by_hand():
