@@ -461,10 +461,11 @@ def probe_lockstep_s(rec: dict) -> tuple[float, float] | None:
     steps = rec.get("compute_probe_lockstep_s")
     if not (steps and probe_compute_s(rec)):
         return None
-    own = rec.get("compute_probe_lockstep_own_s")
+    whole, own = statistics.mean(steps), rec.get("compute_probe_lockstep_own_s")
     if not own:  # the slowest worker's own step was all these records kept
-        return statistics.mean(steps), 0.0
-    return statistics.mean(own), max(0.0, statistics.mean(steps) - statistics.mean(own))
+        return whole, 0.0
+    own = statistics.mean(own)
+    return own, max(0.0, whole - own)
 
 
 REFERENCE = "bsp-a2a"  # the speedup's baseline method: every other run is also judged against it

@@ -162,10 +162,11 @@ class _Probe:
             t0 = time.perf_counter()
             self._step(ctx, batches[i % len(batches)])
             spans.append((t0, time.perf_counter()))
-        everyone = [(hostcpu.clock_key(), spans)]
+        mine = (hostcpu.clock_key(), spans)
+        everyone = [mine]
         if ctx.world > 1:  # one collective, after the steps
             everyone = [None] * ctx.world
-            dist.all_gather_object(everyone, (hostcpu.clock_key(), spans), group=ctx.group)
+            dist.all_gather_object(everyone, mine, group=ctx.group)
         lockstep, own = lockstep_steps_s(everyone)
         tracer.complete("compute probe", "probe", t0_us, tracer.now_us(),
                         {"iter": iteration, "iters": self.iters, "repeat": repeat})

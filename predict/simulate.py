@@ -440,7 +440,13 @@ def starves(cluster: Cluster, workers: int, algorithm: str) -> bool:
     159 KB group at 100 Mbit/s, launched during backward, ended about a wire's time after its
     launch."""
     return (cluster.host_cpu is not None and workers > cluster.host_cpu.cores
-            and algorithm == cluster.measured_algorithm and bool(cluster.lane_speed.get(workers)))
+            and measured_lane_speed(cluster, workers, algorithm) is not None)
+
+
+def measured_lane_speed(cluster: Cluster, workers: int, algorithm: str) -> float | None:
+    """The speed of Gloo's concurrent all-reduces where make commbench timed a burst of them at
+    this worker count, in this placement, with this algorithm (`Cluster.lane_speed`), else None."""
+    return (cluster.lane_speed.get(workers) or None) if algorithm == cluster.measured_algorithm else None
 
 
 def ring_link_bytes(nbytes: float, workers: int) -> float:
@@ -658,7 +664,7 @@ class AllReduceComm:
 
     def __init__(self, sim: Sim, cluster: Cluster, workers: int, algorithm: str, buckets: dict | None = None):
         self.sim, self.cluster, self.workers, self.algorithm = sim, cluster, workers, algorithm
-        speed = cluster.lane_speed.get(workers) if algorithm == cluster.measured_algorithm else None
+        speed = measured_lane_speed(cluster, workers, algorithm)
         self.lanes = Lanes(sim, GLOO_THREADS, speed) if speed else None
         self.bucket = ring_bucket(cluster, workers, algorithm, buckets)  # each collective meets it as it starts
         self.stream = None if self.lanes else Station(sim, bucket=self.bucket)
@@ -681,7 +687,7 @@ class AllReduceComm:
         if self.lanes is not None:
             link_bytes = ring_link_bytes(nbytes, w)
             # the shaped wire's time needs no core; the rest (all of it on a loopback) does
-            wire_s = link_bytes * self.cluster.inter.beta_s_per_byte if self.bucket is not None else 0.0
+            wire_s = link_bytes * self.bucket.beta if self.bucket is not None else 0.0
             self.lanes.submit(timed(self.bucket, link_bytes, dur, extra_s), on_done, on_start,
                               starved_s=max(0.0, dur - wire_s) + extra_s)
             return
