@@ -15,8 +15,12 @@
    profile is scaled to that setup's measured one-worker throughput (the local calibration).
    Prints per-method MAPE. The profiles that calibrate those runs are kept under
    RESULTS/profiles: `--calibrate-only` measures them (the benches do, as they finish).
+   Several --results directories (one bench each, each calibrated from its own one-worker runs
+   and profiles) are pooled: the per-method medians are over every bench's runs, and a table
+   gives each bench's own.
 
-    python benchmarks/predict_validation.py [--results results] [--local-network NAME] [--calibrate-only]
+    python benchmarks/predict_validation.py [--results DIR [DIR ...]] [--local-network NAME] [--runs-only]
+                                            [--again DIR] [--calibrate-only]
 """
 from __future__ import annotations
 
@@ -515,7 +519,9 @@ def spread(results: str, again: str) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--results", default="results")
+    ap.add_argument("--results", nargs="+", default=["results"],
+                    help="result directories of one bench each (several: their runs pooled, and a table per bench)")
+    ap.add_argument("--runs-only", action="store_true", help="only the real runs, not the study's table")
     ap.add_argument("--local-network", default=None, help="conf/network config for local runs without one")
     ap.add_argument("--again", default=None, metavar="DIR",
                     help="another bench's records of the same runs: print how far apart the two measurements are")
@@ -524,11 +530,80 @@ def main(argv=None) -> int:
                          "(make bench-local and bench-emulated do so as they finish)")
     a = ap.parse_args(argv)
     if a.calibrate_only:
-        n = calibrate(a.results)
-        print(f"predict_validation: {n} measured profile(s) under {profiles_dir(a.results)} calibrate the runs "
-              f"under {a.results}")
+        for results in a.results:
+            n = calibrate(results)
+            print(f"predict_validation: {n} measured profile(s) under {profiles_dir(results)} calibrate the runs "
+                  f"under {results}")
         return 0
+    if not a.runs_only:
+        print_study()
 
+    benches = pooled(a.results, a.local_network)
+    shared, alone, runs, others, rel = (benches["shared"], benches["alone"], benches["runs"], benches["others"],
+                                        benches["relative"])
+    where = ", ".join(a.results)
+    print(f"\nAgainst real runs under {where}" + (f" ({len(a.results)} benches pooled)" if len(a.results) > 1 else "")
+          + ":")
+    if not shared:
+        print("  none with a known network: runs need a one-worker run of their setup and a network "
+              "(a record's `network` field, or --local-network NAME)")
+        return 0
+    print("(workers sharing this machine's cores: one worker's compute as the run's own compute probe timed it, "
+          "where it ran one, else the one-worker throughput rescaled by a profile measured beside W-1 other "
+          "workers as the bench finished (also shown alone, 'bench-end profile'); alone: as if each worker had "
+          "the one-worker run's machine to itself; a run's compute is its lock-step probe's slowest step where "
+          "it ran one ('lock-step'), else its free-running steps' mean, their spread as independent draws for "
+          "the wait, shown beside the first for every lock-step run too ('free steps'))")
+    apart = spread(a.results[0], a.again) if a.again else {}
+    print(markdown(["method", "runs", "median APE, sharing (target <= 10%)", "probed runs", "lock-step",
+                    "median APE, sharing, free steps", "median APE, sharing, bench-end profile", "median APE, alone",
+                    f"median APE of samples/s over {REFERENCE}'s (sharing)"]
+                   + ([f"median apart from {a.again} (runs)"] if a.again else []),
+                   [[m, len(ps), f"{simulate.mape(ps):.1%}",
+                     sum(1 for r in runs if r[0] == m and r[-1] in ("probe", "lock-step")),
+                     sum(1 for r in runs if r[0] == m and r[-1] == "lock-step"),
+                     f"{simulate.mape(others['spread'][m]):.1%}",
+                     f"{simulate.mape(others['profile'][m]):.1%}", f"{simulate.mape(alone[m]):.1%}",
+                     f"{statistics.median(rel[m]):.1%}" if rel.get(m) else "-"]
+                    + ([f"{statistics.median(apart[m]):.1%} ({len(apart[m])})" if apart.get(m) else "-"]
+                       if a.again else [])
+                    for m, ps in sorted(shared.items())]))
+    print(f"(over {REFERENCE}'s: each run's predicted and measured samples/s over those of {REFERENCE} at the same "
+          f"worker count in the same bench, so that a drift of the machine's speed, which the one-worker "
+          f"calibration shares with every method, cancels)")
+    if a.again:
+        print(f"(apart: |again - these| / these for each run measured in both {a.again} and {a.results[0]}: the "
+              "measurement's own spread, a floor under any prediction's error)")
+    if len(a.results) > 1:
+        print("\nPer bench: median APE per method (sharing), and how many methods are within 10%")
+        print(per_bench_table(benches["per_bench"]))
+    for results, bench in benches["per_bench"].items():
+        if bench["units"]:
+            print(f"\nByteScheduler's own machinery under {results}, calibrated from its one-worker runs "
+                  "(per unit, one worker alone):")
+            print(markdown(["model", "local batch", "method", "network", "ms per unit"],
+                           [[*k, f"{v * 1e3:.3f}"] for k, v in sorted(bench["units"].items())]))
+        beside = machinery_table(results)
+        if beside:
+            print(f"\nByteScheduler's machinery beside the run's other workers under {results}, taken from their "
+                  "compute (profile.machinery_s, per iteration of one worker):")
+            print(beside)
+    print("\nPer run (sharing): predicted / measured samples/s")
+    several = len(a.results) > 1
+    print(markdown((["bench"] if several else []) + ["method", "network", "workers", "predicted", "measured", "error",
+                                                     "compute from", "MG-WFBP: predictor's own plan"],
+                   [([results] if several else []) + [m, net, w, f"{p:.1f}", f"{x:.1f}", f"{(p - x) / x:+.0%}",
+                                                      source, plan or "-"]
+                    for results, bench in benches["per_bench"].items()
+                    for m, net, w, p, x, plan, source in sorted(bench["runs"])]))
+    print("(MG-WFBP is predicted with the run's own start-up alpha, beta (its record); the last column says "
+          "whether the predictor's model of that microbenchmark alone chooses the run's groups, and, where "
+          "it is so, that the run's alpha, beta give other groups with this profile's backward times)")
+    return 0
+
+
+def print_study() -> None:
+    """The study's table against the model: errors, picks and what dominates (section 1)."""
     runs = {intra: study(intra, explain_workers=32 if intra == INTRA_NODES[0] else None) for intra in INTRA_NODES}
     s = runs[INTRA_NODES[0]]
     n = len(s["errors"])
@@ -582,58 +657,36 @@ def main(argv=None) -> int:
     print("\nWhat dominates each prediction at 32 workers (then the largest exposed communication cost):")
     print(markdown(["method"] + models, [[m] + [s["dominant"][(model, m)] for model in models] for m in STUDY_METHODS]))
 
-    shared, alone, runs, units, others = local(a.results, a.local_network)
-    print(f"\nAgainst real runs under {a.results}:")
-    if not shared:
-        print("  none with a known network: runs need a one-worker run of their setup and a network "
-              "(a record's `network` field, or --local-network NAME)")
-        return 0
-    print("(workers sharing this machine's cores: one worker's compute as the run's own compute probe timed it, "
-          "where it ran one, else the one-worker throughput rescaled by a profile measured beside W-1 other "
-          "workers as the bench finished (also shown alone, 'bench-end profile'); alone: as if each worker had "
-          "the one-worker run's machine to itself; a run's compute is its lock-step probe's slowest step where "
-          "it ran one ('lock-step'), else its free-running steps' mean, their spread as independent draws for "
-          "the wait, shown beside the first for every lock-step run too ('free steps'))")
-    apart = spread(a.results, a.again) if a.again else {}
-    rel = relative(runs)
-    print(markdown(["method", "runs", "median APE, sharing (target <= 10%)", "probed runs", "lock-step",
-                    "median APE, sharing, free steps", "median APE, sharing, bench-end profile", "median APE, alone",
-                    f"median APE of samples/s over {REFERENCE}'s (sharing)"]
-                   + ([f"median apart from {a.again} (runs)"] if a.again else []),
-                   [[m, len(ps), f"{simulate.mape(ps):.1%}",
-                     sum(1 for r in runs if r[0] == m and r[-1] in ("probe", "lock-step")),
-                     sum(1 for r in runs if r[0] == m and r[-1] == "lock-step"),
-                     f"{simulate.mape(others['spread'][m]):.1%}",
-                     f"{simulate.mape(others['profile'][m]):.1%}", f"{simulate.mape(alone[m]):.1%}",
-                     f"{statistics.median(rel[m]):.1%}" if rel.get(m) else "-"]
-                    + ([f"{statistics.median(apart[m]):.1%} ({len(apart[m])})" if apart.get(m) else "-"]
-                       if a.again else [])
-                    for m, ps in sorted(shared.items())]))
-    print(f"(over {REFERENCE}'s: each run's predicted and measured samples/s over those of {REFERENCE} at the same "
-          f"worker count in the same bench, so that a drift of the machine's speed, which the one-worker "
-          f"calibration shares with every method, cancels)")
-    if a.again:
-        print("(apart: |again - these| / these for each run measured in both: the measurement's own spread, "
-              "a floor under any prediction's error)")
-    if units:
-        print("\nByteScheduler's own machinery, calibrated from its one-worker runs (per unit, one worker alone):")
-        print(markdown(["model", "local batch", "method", "network", "ms per unit"],
-                       [[*k, f"{v * 1e3:.3f}"] for k, v in sorted(units.items())]))
-    beside = machinery_table(a.results)
-    if beside:
-        print("\nByteScheduler's machinery beside the run's other workers, taken from their compute "
-              "(profile.machinery_s, per iteration of one worker):")
-        print(beside)
-    print("\nPer run (sharing): predicted / measured samples/s")
-    print(markdown(["method", "network", "workers", "predicted", "measured", "error", "compute from",
-                    "MG-WFBP: predictor's own plan"],
-                   [[m, net, w, f"{p:.1f}", f"{x:.1f}", f"{(p - x) / x:+.0%}", source, plan or "-"]
-                    for m, net, w, p, x, plan, source in sorted(runs)]))
-    print("(MG-WFBP is predicted with the run's own start-up alpha, beta (its record); the last column says "
-          "whether the predictor's model of that microbenchmark alone chooses the run's groups, and, where "
-          "it is so, that the run's alpha, beta give other groups with this profile's backward times)")
-    return 0
 
+def pooled(results: list[str], local_network: str | None) -> dict:
+    """`local` over every directory of `results` (one bench each, calibrated from its own
+    one-worker runs and profiles), pooled: {"shared", "alone", "others", "relative": {method:
+    [...]} over every bench's runs, "runs": every bench's per-run rows, "per_bench": {results:
+    {"shared", "runs", "units"}}}. A bench has one run per method and worker count at each network,
+    so its median per method is of 2-4 runs, each as noisy as the machine (two benches of the same
+    runs here measured 2.3-16.3% apart per method); the pool's median weighs the model against every
+    run measured."""
+    out = {"shared": defaultdict(list), "alone": defaultdict(list), "runs": [], "relative": defaultdict(list),
+           "others": {"profile": defaultdict(list), "spread": defaultdict(list)}, "per_bench": {}}
+    for r in results:
+        shared, alone, runs, units, others = local(r, local_network)
+        for into, got in ((out["shared"], shared), (out["alone"], alone), (out["relative"], relative(runs)),
+                          *((out["others"][k], others[k]) for k in out["others"])):
+            for m, v in got.items():
+                into[m].extend(v)
+        out["runs"] += runs
+        out["per_bench"][r] = {"shared": shared, "runs": runs, "units": units}
+    return out
+
+
+def per_bench_table(per_bench: dict) -> str:
+    """One row per method, one column per bench: its median APE over that bench's runs."""
+    methods = sorted({m for b in per_bench.values() for m in b["shared"]})
+    rows = [[m] + [f"{simulate.mape(b['shared'][m]):.1%}" if b["shared"].get(m) else "-" for b in per_bench.values()]
+            for m in methods]
+    rows.append(["within 10%"] + [f"{sum(simulate.mape(v) <= 0.10 for v in b['shared'].values())} of "
+                                  f"{len(b['shared'])}" for b in per_bench.values()])
+    return markdown(["method"] + list(per_bench), rows)
 
 if __name__ == "__main__":
     sys.exit(main())

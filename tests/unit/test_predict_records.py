@@ -173,6 +173,42 @@ def test_validation_reports_how_far_apart_two_benches_measured_the_same_runs(tmp
     assert dict(apart) == {"wfbp-ps": pytest.approx([0.2, 0.1])}  # ddp: no run in both (1 worker left out)
 
 
+def test_validation_pools_several_benches_and_reports_each(monkeypatch, capsys):
+    """benchmarks/predict_validation.py --results A B: each bench is validated on its own
+    (`local`), the per-method medians are over every bench's runs, the ratios to BSP-A2A's stay
+    within a bench, and a table gives each bench's median per method and how many are within 10%."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("predict_validation", Path(__file__).parents[2] / "benchmarks"
+                                                  / "predict_validation.py")
+    validation = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(validation)
+    # (method, workers, predicted, measured) per bench; the same network name in both
+    benches = {"a": [("bsp-a2a", 2, 100.0, 100.0), ("ddp", 2, 130.0, 100.0), ("ddp", 4, 100.0, 100.0)],
+               "b": [("bsp-a2a", 2, 50.0, 100.0), ("ddp", 2, 104.0, 100.0), ("ddp", 4, 102.0, 100.0)]}
+
+    def local(results, network):
+        shared = {}
+        for m, _, p, x in benches[results]:
+            shared.setdefault(m, []).append((p, x))
+        runs = [(m, "n", w, p, x, "", "lock-step") for m, w, p, x in benches[results]]
+        return shared, shared, runs, {}, {"profile": shared, "spread": shared}
+    monkeypatch.setattr(validation, "local", local)
+    monkeypatch.setattr(validation, "machinery_table", lambda results: None)
+    pool = validation.pooled(["a", "b"], None)
+    # ddp over both benches: 30%, 0%, 4%, 2% -> median 3%; alone, bench a's median is 15%
+    assert simulate.mape(pool["shared"]["ddp"]) == pytest.approx(0.03)
+    assert simulate.mape(pool["per_bench"]["a"]["shared"]["ddp"]) == pytest.approx(0.15)
+    # over BSP-A2A's at 2 workers, bench by bench: a 1.3 against 1.0; b 2.08 against 1.0
+    assert pool["relative"]["ddp"] == [pytest.approx(0.3), pytest.approx(1.08)]
+    table = validation.per_bench_table(pool["per_bench"]).splitlines()
+    assert [c.strip() for c in table[0].split("|")[1:4]] == ["method", "a", "b"]
+    assert [c.strip() for c in table[-1].split("|")[1:4]] == ["within 10%", "1 of 2", "1 of 2"]
+    assert validation.main(["--results", "a", "b", "--runs-only"]) == 0
+    out = capsys.readouterr().out
+    assert "2 benches pooled" in out and "| b     | ddp " in out and "within 10%" in out
+
+
 def test_validation_judges_each_run_against_bsp_a2as_at_the_same_workers_too():
     """benchmarks/predict_validation.py: the ratio of a run's samples/s to BSP-A2A's at the same
     network and worker count, predicted against measured (by hand), means over repeated runs."""
