@@ -86,9 +86,10 @@ but for PS on the emulated cluster's links, below):
   threads, the kernel's networking), and backward takes W x that / cores longer: for WFBP,
   MG-WFBP and DDP, each all-reduce's CPU spread over the time it runs and counted for the share
   that runs before backward ends (`allreduce_cpu_in_backward_s`); for ByteScheduler, every
-  partition's but those that leave with backward's last gradient. Where the workers outnumber
-  the cores and the all-reduces run on measured lanes (`starves`: 4 workers on 2 cores here),
-  none of that: an all-reduce launched during backward progresses only at its wire's share of
+  partition's but those that leave with backward's last gradient. Where the workers hold every
+  core and the all-reduces run on measured lanes (`starves`: 2 or 4 workers on 2 cores here,
+  Gloo's receiving loop threads under SCHED_IDLE; for ByteScheduler 4, more workers than
+  cores), none of that: an all-reduce launched during backward progresses only at its wire's share of
   its time till backward ends (none on a loopback; `Lanes.starve`), and takes no cores from it;
   ByteScheduler's, which overlap the next forward, till a forward's length after it (its
   pieces hold the cores as backward does: as if it computed first, then the messages ran);
@@ -165,8 +166,8 @@ Measured, not modelled yet (each alone moves other methods the wrong way):
   multiplying 256 x 256 matrices beside it, took 1.7-2.5 ms on average for a 1 KiB all-reduce
   (0.4-0.5 ms median: a call now and then waits out a scheduler slice) against 0.55-0.92 ms
   alone. commbench times its all-reduces on idle workers; WFBP's and ByteScheduler's messages
-  leave during backward (where the workers outnumber the cores, `starves` above models them;
-  at 2 workers on 2 cores, not);
+  leave during backward (where the workers hold every core, `starves` above models them:
+  at 2 workers on 2 cores too, but ByteScheduler's);
 - the cores a local run's other processes take: at 2 workers on 2 cores, commbench's 2-rank
   reduce (0.31 ms, a core per rank) is a third of what the run's node stage pays beside its
   server and dispatcher threads (its trace: 29 messages drain after backward at about 1.4 ms
@@ -430,17 +431,28 @@ def default_algorithm(stack: str, backend: str | None = None) -> str:
     return "ring" if backend == "gloo" else "nccl"
 
 
-def starves(cluster: Cluster, workers: int, algorithm: str) -> bool:
-    """The workers share one machine's cores (`Cluster.host_cpu`) and outnumber them, and their
-    all-reduces run on measured lanes (`Lanes`): there no all-reduce progresses during backward
-    beyond its wire's time (`Lanes.starve`), and none takes cores from it. Traced here
+def starves(cluster: Cluster, workers: int, algorithm: str, queue: bool = False) -> bool:
+    """The workers share one machine's cores (`Cluster.host_cpu`) and hold every one of them,
+    and their all-reduces run on measured lanes (`Lanes`): there no all-reduce progresses during
+    backward beyond its wire's time (`Lanes.starve`), and none takes cores from it. Gloo's loop
+    threads, which receive every message, run under SCHED_IDLE on shared cores
+    (`hostcpu.settle_gloo_loops`), so they get a core only when no worker computes on it: a
+    worker's compute holds at least one, so W workers on W cores or fewer leave none. Traced here
     (tiny-resnet, 4 workers on 2 cores): of WFBP-A2A's per-tensor all-reduces, local and at
     1 Gbit/s emulated, the first ended within 0.5 ms of the last worker's backward, the rest
     1.1-1.3 ms apart after it, and that backward ended when the compute alone would; MG-WFBP's
     159 KB group at 100 Mbit/s, launched during backward, ended about a wire's time after its
-    launch."""
-    return (cluster.host_cpu is not None and workers > cluster.host_cpu.cores
-            and measured_lane_speed(cluster, workers, algorithm) is not None)
+    launch. At 2 workers on the 2 cores, WFBP-A2A's runs took 7.7-8.1 ms an iteration beyond
+    their compute (two local benches), where all-reduces running during backward gave 4.1.
+    ByteScheduler's queue (`queue`) starves only where the workers outnumber the cores: its
+    dispatcher and completion threads take the GIL from the compute's hooks and leave the
+    cores idle in between, where the loop threads run (at 2 workers on 2 cores its runs came
+    out 7-32% slower than predicted when starved, 1-18% faster when not: the model keeps the
+    second)."""
+    if cluster.host_cpu is None or measured_lane_speed(cluster, workers, algorithm) is None:
+        return False
+    cores = cluster.host_cpu.cores
+    return workers > cores if queue else workers >= cores
 
 
 def measured_lane_speed(cluster: Cluster, workers: int, algorithm: str) -> float | None:
@@ -485,7 +497,7 @@ class Lanes:
     A job is (duration alone, on_done). Processor sharing: whenever a job starts or ends, the
     others' remaining work is brought up to date and the next end rescheduled.
 
-    Until `starve`'s time (the workers' compute holding cores they outnumber), a job progresses
+    Until `starve`'s time (the workers' compute holding every core), a job progresses
     only at the share of its time that is not its `starved_s` (what needs a core: all of it on
     one machine's loopback, all but the wire's time on the emulated cluster's shaped links)."""
 
@@ -674,7 +686,7 @@ class AllReduceComm:
                                           if algorithm == cluster.measured_algorithm else 0.0)
 
     def starve(self, until: float) -> None:
-        """The workers compute on cores they outnumber until `until` (`starves`): till then an
+        """The workers compute on every core until `until` (`starves`): till then an
         all-reduce progresses only as fast as its wire's share of its time lets it (`Lanes`)."""
         self.lanes.starve(until)
 
@@ -1138,8 +1150,8 @@ def simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opts
     if wait > 1:
         profile = profile.slower(wait)  # every step waits for the slowest worker's compute
     cpu_s = host_cpu_s(p, profile, cluster, workers, cfg, opts)
-    if cpu_s and not p.ps and starves(cluster, workers, opts.algorithm):
-        cpu_s = 0.0  # the workers outnumber the cores: no all-reduce runs during backward
+    if cpu_s and not p.ps and starves(cluster, workers, opts.algorithm, p.bytescheduler):
+        cpu_s = 0.0  # the workers hold every core: no all-reduce runs during backward
     elif cpu_s and not p.ps and not p.bytescheduler:  # only what runs during backward takes its cores
         cpu_s = allreduce_cpu_in_backward_s(p, profile, cluster, workers, cfg, opts)
     if p.bytescheduler:
@@ -1381,7 +1393,7 @@ def _communicate(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg:
             comm = PSComm(sim, cluster, workers, parts, esize, cfg, opts, server_schedule=False, buckets=buckets)
         else:
             comm = allreduce_comm(sim, cluster, workers, opts, horovod_defaults=True, buckets=buckets)
-            if starves(cluster, workers, opts.algorithm):
+            if starves(cluster, workers, opts.algorithm, queue=True):
                 # its all-reduces overlap the next forward too, whose pieces hold the cores as
                 # backward does: as if the forward computed first, then the messages ran
                 comm.starve(b_end + profile.forward_s)

@@ -794,12 +794,12 @@ def test_all_reduces_wait_out_backward_where_the_workers_outnumber_the_cores():
     assert simulate.starves(loop, 4, "ring")
     # at 4: the first two share the lanes from 4 s (2 x one), the third then alone
     assert period("wfbp-a2a", toy(), loop, 4, **opts) == pytest.approx(4 + 3 * one)
-    four_cores = replace(loop, host_cpu=replace(loop.host_cpu, cores=4))
-    for not_starved in (four_cores, replace(loop, lane_speed={})):
+    spare = replace(loop, host_cpu=replace(loop.host_cpu, cores=5))  # a core no worker computes on
+    for not_starved in (spare, replace(loop, lane_speed={})):
         assert not simulate.starves(not_starved, 4, "ring")
-    assert not simulate.starves(loop, 2, "ring") and not simulate.starves(loop, 4, "nccl")
+    assert not simulate.starves(loop, 2, "ring") and not simulate.starves(loop, 4, "nccl")  # no lanes measured
     # cores enough: the all-reduces run during backward and take their CPU from it
-    assert period("wfbp-a2a", toy(), four_cores, 4, **opts) < 4 + 3 * one
+    assert period("wfbp-a2a", toy(), spare, 4, **opts) < 4 + 3 * one
     # shaped links (a bucket too shallow to matter): 0.75 s of each 2.25 s is wire, a third. p2
     # alone [2, 3]: 1/3 done; with p1 at 0.5 [3, 4]: 1/6 each; then p2's 1.75 at 0.5 ends at 7.5,
     # p1's last 1/3 at 0.5 with p0 at 8 1/6, p0's last 1.9167 alone at 10 1/12
@@ -823,6 +823,31 @@ def test_bytescheduler_all_reduces_also_wait_out_the_next_forward_where_the_work
     assert done == pytest.approx([5 + 3 * one, 5 + 2 * one, 5 + 2 * one])
     four_cores = replace(loop, host_cpu=replace(loop.host_cpu, cores=4))
     assert max(simulate._communicate(plan, prof, four_cores, 4, cfg, opts, 1.0, 4.0)) < 4 + 3 * one
+
+
+def test_all_reduces_wait_out_backward_where_the_workers_hold_every_core_but_bytescheduler_only_beyond():
+    """2 workers on 2 cores (`simulate.starves`): each worker's compute holds a core, and Gloo's
+    loop threads, under SCHED_IDLE, get none, so WFBP-A2A's all-reduces wait out backward as
+    they do at 4 (the toy's: 4 + 3 x one); ByteScheduler's queue starves only where the workers
+    outnumber the cores, so at 2 its all-reduces run as on 4 cores; at 1 worker nothing starves."""
+    two = four_workers_on_two_cores()
+    two = replace(two, lane_speed={2: 0.5, 4: 0.5},
+                  host_cpu=replace(two.host_cpu, allreduce={2: {"s_per_message": 0.5, "s_per_byte": 0.0}}))
+    four_cores = replace(two, host_cpu=replace(two.host_cpu, cores=4))
+    opts = dict(stack="ddlbench", backend="gloo")
+    one = two.allreduce_s(40_000, 2, "ring")
+    assert simulate.starves(two, 2, "ring") and not simulate.starves(two, 2, "ring", queue=True)
+    assert simulate.starves(two, 4, "ring", queue=True) and not simulate.starves(two, 1, "ring")
+    assert not simulate.starves(four_cores, 2, "ring")
+    assert period("wfbp-a2a", toy(), two, 2, **opts) == pytest.approx(4 + 3 * one)
+    assert period("wfbp-a2a", toy(), four_cores, 2, **opts) < 4 + 3 * one
+    o = simulate.Options(**opts)
+    prof, cfg = toy(), simulate.method_config("bytescheduler-a2a")
+    plan = simulate.plan_for("bytescheduler-a2a", prof, two, 2, o)
+    assert simulate._communicate(plan, prof, two, 2, cfg, o, 1.0, 4.0) == \
+        pytest.approx(simulate._communicate(plan, prof, four_cores, 2, cfg, o, 1.0, 4.0))
+    # each partition alone on the lanes as its gradient appears (2, 3, 4 s): not held to 4
+    assert simulate._communicate(plan, prof, two, 2, cfg, o, 1.0, 4.0) == pytest.approx([4 + one, 3 + one, 2 + one])
 
 
 def test_lane_speed_is_the_speed_at_which_a_burst_takes_its_measured_time_by_hand():
