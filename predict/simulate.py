@@ -89,8 +89,8 @@ but for PS on the emulated cluster's links, below):
   partition's but those that leave with backward's last gradient. Where the workers hold every
   core and the all-reduces run on measured lanes (`starves`: 2 or 4 workers on 2 cores here,
   Gloo's receiving loop threads under SCHED_IDLE; for ByteScheduler 4, more workers than
-  cores), none of that: an all-reduce launched during backward progresses only at its wire's share of
-  its time till backward ends (none on a loopback; `Lanes.starve`), and takes no cores from it;
+  cores), none of that: an all-reduce launched during backward progresses only at its wire's
+  share of its time till backward ends (none on a loopback; `Lanes.starve`), and takes no cores from it;
   ByteScheduler's, which overlap the next forward, till a forward's length after it (its
   pieces hold the cores as backward does: as if it computed first, then the messages ran);
 - a per-machine PS node of several workers on one machine's cores (a local run): its stage per
@@ -447,8 +447,8 @@ def starves(cluster: Cluster, workers: int, algorithm: str, queue: bool = False)
     ByteScheduler's queue (`queue`) starves only where the workers outnumber the cores: its
     dispatcher and completion threads take the GIL from the compute's hooks and leave the
     cores idle in between, where the loop threads run (at 2 workers on 2 cores its runs came
-    out 7-32% slower than predicted when starved, 1-18% faster when not: the model keeps the
-    second)."""
+    out 7-38% slower than predicted when starved, 1-18% faster when not: the model keeps the
+    second; inferred from three benches, not traced)."""
     if cluster.host_cpu is None or measured_lane_speed(cluster, workers, algorithm) is None:
         return False
     cores = cluster.host_cpu.cores
