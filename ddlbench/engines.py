@@ -58,6 +58,29 @@ def unfused_env(fusion_threshold_bytes=0, cycle_time_ms=0, cache_capacity=0) -> 
     }
 
 
+def init_process_group(backend: str, rank: int, world: int, startup_timeout_s: float, comm_timeout_s: float,
+                       init_method: str = "env://") -> None:
+    """torch.distributed's default group, met under the start-up bound, then working under the
+    communication bound. The ranks first meet on the rendezvous store, waiting there for the
+    slowest to import torch and arrive (on a busy machine that takes longer than a short
+    `comm_timeout_s`); only then is the group made, under `comm_timeout_s`, which Gloo keeps for
+    its point-to-point waits (`_set_pg_timeout` changes only the collectives'), so a lost peer
+    still fails a `recv` within it."""
+    import torch.distributed as dist
+
+    store, rank, world = next(dist.rendezvous(init_method, rank=rank, world_size=world,
+                                              timeout=timedelta(seconds=startup_timeout_s)))
+    store.set(f"ddlbench/arrived/{rank}", "1")
+    try:
+        store.wait([f"ddlbench/arrived/{r}" for r in range(world)], timedelta(seconds=startup_timeout_s))
+    except Exception as exc:  # name who never came, not just the store's key list
+        missing = [r for r in range(world) if not store.check([f"ddlbench/arrived/{r}"])]
+        raise RuntimeError(f"rank(s) {missing} never reached the rendezvous within startup_timeout_s="
+                           f"{startup_timeout_s:g} s ({exc})") from None
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world,
+                            timeout=timedelta(seconds=comm_timeout_s))
+
+
 def init_horovod(timeout_s: float) -> tuple[int, int, int]:
     """hvd.init(), then a torch.distributed Gloo group over the same ranks, whose address rank 0
     picks and Horovod broadcasts. Returns (rank, world size, local rank)."""

@@ -103,8 +103,10 @@ def run(run_dir: Path, rank: int, world: int, local_rank: int, cores: list[int] 
 
         rank, world, local_rank = init_horovod(cfg.comm_timeout_s)
     else:
+        from ddlbench.engines import init_process_group
+
         backend = cfg.backend if S == 0 or cfg.backend == "gloo" else f"cpu:gloo,cuda:{cfg.backend}"
-        dist.init_process_group(backend, rank=rank, world_size=world, timeout=timedelta(seconds=cfg.comm_timeout_s))
+        init_process_group(backend, rank, world, cfg.startup_timeout_s, cfg.comm_timeout_s)
     try:
         # Workers' collectives run in their own group so servers never take part in them.
         group = dist.new_group(list(range(W))) if S else None

@@ -8,11 +8,12 @@ import re
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, ddlbench, records
+from helpers import REPO, ddlbench, records, two_ranks
 
 pytestmark = pytest.mark.multiproc
 
@@ -35,6 +36,38 @@ def test_bad_input_is_one_line_nonzero_and_appends_nothing(tmp_path, args, words
     for w in words:
         assert w in lines[0]
     assert not records(tmp_path)
+
+
+LATE_S, COMM_S = 6.0, 1.5  # rank 1 reaches the rendezvous this late; the communication bound is shorter
+
+LATE_RANK = textwrap.dedent(f"""
+    import json, os, sys, time, torch, torch.distributed as dist
+    from ddlbench.engines import init_process_group
+    rank = int(sys.argv[1])
+    if rank == 1:
+        time.sleep({LATE_S})  # a rank still importing torch on a busy machine
+    init_process_group("gloo", rank, 2, startup_timeout_s=120, comm_timeout_s={COMM_S},
+                       init_method="tcp://127.0.0.1:" + sys.argv[2])
+    if rank == 1:
+        time.sleep(4 * {COMM_S})  # alive, sending nothing: rank 0's receive must time out
+        os._exit(0)
+    t0 = time.monotonic()
+    try:
+        dist.recv(torch.empty(1), src=1)
+        error = None
+    except RuntimeError as exc:
+        error = str(exc)
+    print(json.dumps({{"waited_s": time.monotonic() - t0, "error": error}}), flush=True)
+    os._exit(0)
+""")
+
+
+def test_a_late_rank_meets_the_group_under_the_startup_bound_then_waits_fail_under_the_communication_one():
+    # CI once failed a PS run with comm_timeout_s=8: one rank reached init_process_group more than
+    # 8 s after the other (imports on a loaded 2-core box), and the rendezvous ran under that bound
+    out = json.loads(two_ranks(LATE_RANK, timeout_s=120)[0].strip().splitlines()[-1])
+    assert out["error"] is not None and "timed out" in out["error"].lower(), out
+    assert COMM_S * 0.9 <= out["waited_s"] < LATE_S, out
 
 
 def start_long_run(results: Path, *extra: str, method: str = "wfbp-a2a") -> subprocess.Popen:
