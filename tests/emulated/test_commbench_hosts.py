@@ -16,7 +16,7 @@ def test_commbench_across_two_emulated_hosts_times_the_shaped_link(emulated_clus
     rate_bps = emulated_cluster.link_bps
     proc = subprocess.run([sys.executable, "-m", "ddlbench.commbench", "--link", emulated_cluster.link,
                            "--workers", "2", "--backends", "gloo", "--dtypes", "fp32", "--mode", "sizes",
-                           "--min-bytes", "4", "--max-bytes", "1MiB", "--iters", "5", "--warmup", "1",
+                           "--min-bytes", "4", "--max-bytes", "4MiB", "--iters", "5", "--warmup", "1",
                            "--network-name", "none", "--results", str(tmp_path)],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -28,9 +28,13 @@ def test_commbench_across_two_emulated_hosts_times_the_shaped_link(emulated_clus
     assert big["time_us"] * 1e-6 >= 0.8 * big["bytes"] * 8 / rate_bps, big
     # the fit's slope is the link's order, not loopback's (about 8e-10 s/B here, 30 times under
     # this link's 2.7e-8): least relative squares over 5 noisy calls per size, with the tbf bucket
-    # letting part of each size through at once, gave 0.45-0.8 of the rate's slope in CI runs
+    # (128 KiB) letting part of each size through at once. Up to 1 MiB only three sizes passed the
+    # bucket, and the fit gave 0.21-0.8 of the rate's slope in CI runs; up to 4 MiB five do, and it
+    # gave 0.36-0.63 in seven runs here. Loopback's slope is 0.03 of it: 0.15 still tells them apart
     spec = network.commbench_network(rows, "emulated-test", "test")
-    assert spec["inter"]["allreduce"]["beta_s_per_byte"] >= 0.25 * 8 / rate_bps
+    ratio = spec["inter"]["allreduce"]["beta_s_per_byte"] / (8 / rate_bps)
+    print(f"\n[commbench fit] slope / the rate's: {ratio:.2f}", flush=True)
+    assert ratio >= 0.15, f"the fit's slope is {ratio:.2f} of the link rate's"
     assert emulated_cluster.hosts and network_up_after(emulated_cluster)
 
 
