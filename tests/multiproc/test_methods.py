@@ -215,6 +215,20 @@ def test_ps_traffic_goes_through_server_processes(runs, method):
     assert rec["server_stats"][0]["pushes"] == len(pulls)  # one pusher per key: one push each
 
 
+def test_a_ps_runs_rounds_read_back_from_its_traces(runs):
+    """analysis.ps_rounds on a real run: every round's pushes arrive after they start, the
+    replies leave after the last arrival, and land after they leave."""
+    from ddlbench.analysis import ps_rounds
+
+    rec = runs[("tiny-resnet", "bsp-ps")]
+    found = [r for r in ps_rounds.rounds(Path(rec["trace"][0]).parent) if r.complete]
+    assert len(found) >= 3, found
+    for r in found:
+        assert min(r.push_ms()) >= 0 and r.served_us >= max(r.arrivals_us.values()) and min(r.landed_ms()) >= 0, r
+    s = ps_rounds.summary(found, skip=0)
+    assert s["pushers"] >= 1 and len(s["push_ms"]) == 1  # one machine: its leader pushes
+
+
 def test_wfbp_ps_pushes_during_backward_and_bsp_ps_after(runs):
     """WFBP-PS hands every iteration's first message to communication inside backward (from a
     hook) and its node's collectives start there in some iteration; BSP-PS does neither. When
