@@ -74,9 +74,12 @@ def init_process_group(backend: str, rank: int, world: int, startup_timeout_s: f
     try:
         store.wait([f"ddlbench/arrived/{r}" for r in range(world)], timedelta(seconds=startup_timeout_s))
     except Exception as exc:  # name who never came, not just the store's key list
-        missing = [r for r in range(world) if not store.check([f"ddlbench/arrived/{r}"])]
+        try:
+            missing = ", ".join(str(r) for r in range(world) if not store.check([f"ddlbench/arrived/{r}"]))
+        except Exception:  # the store itself is gone (its host, rank 0, died)
+            missing = "?"
         raise RuntimeError(f"rank(s) {missing} never reached the rendezvous within startup_timeout_s="
-                           f"{startup_timeout_s:g} s ({exc})") from None
+                           f"{startup_timeout_s:g} s ({' '.join(str(exc).split())[:200]})") from None
     dist.init_process_group(backend, store=store, rank=rank, world_size=world,
                             timeout=timedelta(seconds=comm_timeout_s))
 
