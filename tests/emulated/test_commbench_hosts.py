@@ -80,7 +80,7 @@ def test_commbench_on_slurm_runs_every_measurement_in_one_job_one_rank_per_node(
     try:
         proc = subprocess.run([sys.executable, "-m", "ddlbench.commbench", "--slurm", "--partition", "debug",
                                "--workers", "2", "--backends", "gloo", "--dtypes", "fp32", "--mode", "sizes,ps",
-                               "--min-bytes", "64", "--max-bytes", "1MiB", "--iters", "5", "--warmup", "1",
+                               "--min-bytes", "64", "--max-bytes", "4MiB", "--iters", "5", "--warmup", "1",
                                "--network-name", name, "--results", str(tmp_path), "--timeout", "240"],
                               cwd=REPO, capture_output=True, text=True, timeout=600,
                               env={**os.environ, **emulated_slurm})
@@ -97,7 +97,9 @@ def test_commbench_on_slurm_runs_every_measurement_in_one_job_one_rank_per_node(
         big = max(sizes, key=lambda r: r["bytes"])  # across the shaped link, as above
         assert big["time_us"] * 1e-6 >= 0.8 * big["bytes"] * 8 / rate_bps, big
         c = network.load(name)
-        assert c.inter.beta_s_per_byte >= 0.25 * 8 / rate_bps and c.ps is not None and c.host_cpu is None
+        # the fit's slope, as above: past the bucket up to 4 MiB, and apart from loopback's
+        ratio = c.inter.beta_s_per_byte / (8 / rate_bps)
+        assert ratio >= 0.15 and c.ps is not None and c.host_cpu is None, ratio
         assert f"Slurm job {rows[0]['network']['slurm_job']}" in c.sources["inter"]
     finally:
         written.unlink(missing_ok=True)
