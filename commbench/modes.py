@@ -42,7 +42,10 @@ partition) after every worker computed AFTER_COMPUTE_S, back to back with no bar
 timed by the worker that arrived last (`push_pull_after_compute`, `after_compute_s`, `model`):
 what a PS round costs after compute beyond one back to back (network.Cluster.ps_after_compute_s;
 two local workers, tiny-resnet's 312 KB: a traced BSP-PS run's round took 1.6 ms, back-to-back
-rounds 0.9).
+rounds 0.9). Last, at each of PS_LANDING_BYTES, rounds that every worker starts at once after a
+barrier, each worker timing its own (`push_pull_landing`, `gaps_s`): how much earlier than the
+last one each worker's reply lands, fastest first (network.Cluster.ps_landing: a server's
+replies through a shaped link's one queue do not land one after another).
 Where every rank is a process of this one host (`spec["one_host"]`: not across emulated hosts or
 Slurm nodes), the same bursts again through the per-machine topology a local run of W workers
 has (methods.ps_node: the W workers one node, its leader pushing once per key): each key's
@@ -58,6 +61,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import statistics
 import time
 
 import torch
@@ -266,6 +270,8 @@ def fusion(be, spec, emit) -> None:
 PS_PARTITION_BYTES = 4_096_000  # BytePS's partition, as conf/method/*-ps.yaml
 PS_BURST_KEYS = 32               # keys per burst: about a small CNN's tensors, pushed one each by WFBP
 PS_BURST_BYTES = (256, 65_536)   # the two sizes of a burst's keys: the fit's per-message and per-byte CPU
+PS_LANDING_BYTES = (4096, 16_384, 65_536, 262_144, 1_048_576)  # the landing rounds' sizes (one partition each)
+PS_LANDING_ROUNDS = 12           # at least this many landing rounds a size: medians of order statistics
 
 
 def ps(be, spec, emit) -> None:
@@ -389,8 +395,9 @@ def _ps_rounds_and_bursts(be, spec, emit, workers, layout) -> None:
     after = [(model, min(4 * sum(gradient_numels(model)), PS_PARTITION_BYTES))
              for model in (spec.get("fusion_models") or [] if after_s else [])]
     first_after = len(todo) + len(PS_BURST_BYTES) * PS_BURST_KEYS
+    first_landing = first_after + len(after)
     pp.prepare([max(1, n // 4) for n in todo] + [n // 4 for n in PS_BURST_BYTES for _ in range(PS_BURST_KEYS)]
-               + [n // 4 for _, n in after])
+               + [n // 4 for _, n in after] + [n // 4 for n in PS_LANDING_BYTES])
     it = 0
 
     def report(collective: str, wrong: int, times: list[float], nbytes: int, **extra) -> None:
@@ -444,7 +451,47 @@ def _ps_rounds_and_bursts(be, spec, emit, workers, layout) -> None:
         # every round pushed ones by every worker: their average is ones
         report("push_pull_after_compute", int((x != 1).sum().item()), times, nbytes, last_arrival=True, model=model,
                after_compute_s=after_s, warmup=warmup)
+    for m, nbytes in enumerate(PS_LANDING_BYTES):
+        it = _landing_rounds(be, spec, emit, workers, pp, first_landing + m, nbytes, it)
     pp.close()
+
+
+def _landing_rounds(be, spec, emit, workers, pp, key: int, nbytes: int, it: int) -> int:
+    """Rounds of one partition of `nbytes`, each after a barrier of the workers, so that every
+    worker pushes at once; each worker times its own round, to its own reply (no clock is shared).
+    The server answers once every push is in, the same moment for all, so within a round the k-th
+    fastest worker's time short of the slowest's is how much earlier its reply landed than the
+    last one: the servers' replies' landing profile (`push_pull_landing`, `gaps_s`: the median
+    over rounds, fastest worker first, the slowest's 0), which the predictor's per-machine PS
+    takes in place of replies one after another (network.Cluster.ps_landing). Returns the next
+    round's number."""
+    import torch.distributed as dist
+
+    W = be.n - 1
+    x = torch.ones(nbytes // 4, device=be.device)
+
+    def once() -> float:
+        nonlocal it
+        dist.barrier(group=workers)
+        t0 = time.perf_counter()
+        pp.reduce_async(x, iteration=it, tensors=["x"], group=key).wait()
+        it += 1
+        return time.perf_counter() - t0
+
+    warmup, iters = warm_up_and_plan(once, spec.get("seconds_per_size", 0), _share(workers), be.rank == 0,
+                                     spec["warmup"], spec["iters"])
+    times = [once() for _ in range(max(iters, PS_LANDING_ROUNDS))]
+    wrong = torch.tensor([int((x != 1).sum().item())])  # every round pushed ones by every worker
+    dist.all_reduce(wrong, group=workers)
+    everyone = [None] * W
+    dist.all_gather_object(everyone, times, group=workers)
+    rounds = [sorted(ts) for ts in zip(*everyone)]  # per round, the workers' times, fastest first
+    gaps = [statistics.median(r[-1] - r[k] for r in rounds) for k in range(W)]
+    emit({"mode": "ps", "collective": "push_pull_landing", "dtype": "fp32", "device": spec["device"], "workers": W,
+          "servers": 1, "wire": "zmq", "partition_bytes": PS_PARTITION_BYTES, "warmup": warmup,
+          "wrong": int(wrong.item()), "gaps_s": gaps, "rounds_s": rounds,
+          **summarize([r[-1] for r in rounds], nbytes, "push_pull", W)})
+    return it
 
 
 def _ps_node_bursts(be, spec, emit, workers, node) -> None:

@@ -184,15 +184,37 @@ class Cluster:
                                      # back, where make commbench timed one so with that many workers
                                      # in this config's own placement (`data_ps_after_compute`,
                                      # `ps_after_compute_extra`); else 0
+    ps_landing: dict = field(default_factory=dict)  # pushing machines -> (sizes ascending, per size how
+                                     # much earlier than the last each reply of a server lands, fastest
+                                     # first, in units of one reply's time at the PS wire's rate), where
+                                     # make commbench timed it in this config's own placement
+                                     # (`data_ps_landing`, `ps_landing`); else one after another
+
+    def landing_gaps(self, machines: int, nbytes: float) -> list[float] | None:
+        """How much earlier than the last each of `machines` replies of `nbytes` lands, fastest
+        first, in units of one reply's time at the PS wire's rate (`ps_landing`): between two
+        measured sizes on the line in log size, beyond them the nearest's; None where not measured."""
+        if machines not in self.ps_landing:
+            return None
+        sizes, gaps = self.ps_landing[machines]
+        if nbytes <= sizes[0] or len(sizes) == 1:
+            return list(gaps[0])
+        if nbytes >= sizes[-1]:
+            return list(gaps[-1])
+        k = bisect.bisect_right(sizes, nbytes)
+        w = math.log(nbytes / sizes[k - 1]) / math.log(sizes[k] / sizes[k - 1])
+        return [a + (b - a) * w for a, b in zip(gaps[k - 1], gaps[k])]
 
     def measured_here(self, same_placement: bool) -> dict:
         """What was measured in this config's own placement (`measured`, `lane_speed`, `order_s`,
-        `after_compute_s`, `ps_after_compute_s`), as fields for `replace`: kept for a cluster in the
+        `after_compute_s`, `ps_after_compute_s`, `ps_landing`), as fields for `replace`: kept for a cluster in the
         same placement, dropped for any other."""
         if same_placement:
             return {"measured": self.measured, "lane_speed": self.lane_speed, "order_s": self.order_s,
-                    "after_compute_s": self.after_compute_s, "ps_after_compute_s": self.ps_after_compute_s}
-        return {"measured": {}, "lane_speed": {}, "order_s": {}, "after_compute_s": {}, "ps_after_compute_s": {}}
+                    "after_compute_s": self.after_compute_s, "ps_after_compute_s": self.ps_after_compute_s,
+                    "ps_landing": self.ps_landing}
+        return {"measured": {}, "lane_speed": {}, "order_s": {}, "after_compute_s": {}, "ps_after_compute_s": {},
+                "ps_landing": {}}
 
     def nodes(self, workers: int) -> tuple[int, int]:
         """(machines m, GPUs per machine g) for `workers` workers, filling nodes g at a time."""
@@ -584,6 +606,8 @@ def load(name: str, directory: Path | None = None) -> Cluster:
         cluster.after_compute_s.update(after_compute_extra(cluster, spec["data_after_compute"], rate_bps is not None))
     if spec.get("data_ps_after_compute"):
         cluster.ps_after_compute_s.update(ps_after_compute_extra(cluster.name, spec["data_ps_after_compute"]))
+    if spec.get("data_ps_landing") and (ps or inter) is not None:
+        cluster.ps_landing.update(ps_landing(cluster.name, ps or inter, spec["data_ps_landing"]))
     return cluster
 
 
@@ -737,6 +761,24 @@ def ps_after_compute_extra(name: str, data: dict) -> dict:
     return out
 
 
+def ps_landing(name: str, wire: Link, data: dict) -> dict:
+    """{pushing machines: (sizes, gaps)} from make commbench's landing rounds (`data_ps_landing`:
+    per worker count the sizes and, per size, how much earlier than the last each worker's reply
+    landed, fastest first, in seconds), each gap in units of one reply's time at `wire`'s rate
+    (the PS wire: on an emulated network the tc rate's). A worker count needs as many gaps per
+    size as workers, none below 0."""
+    out = {}
+    for workers, d in (data or {}).items():
+        w = int(workers)
+        sizes, gaps = [int(n) for n in d.get("bytes") or []], d.get("gaps_s") or []
+        if (w < 2 or not sizes or len(gaps) != len(sizes) or sizes != sorted(set(sizes)) or sizes[0] < 1
+                or any(len(g) != w or min(g) < 0 for g in gaps) or not wire.beta_s_per_byte > 0):
+            raise ValueError(f"network {name!r}: data_ps_landing {workers}: {d!r} is invalid; accepted: workers >= 2, "
+                             f"bytes ascending >= 1, per size `workers` gaps_s >= 0, on a wire with a rate")
+        out[w] = (sizes, [[float(x) / (n * wire.beta_s_per_byte) for x in g] for n, g in zip(sizes, gaps)])
+    return out
+
+
 def _lane_speed(spec, name: str) -> dict:
     """{ranks: speed} from `lane_speed_by_ranks:` under `inter: allreduce:` (make commbench's
     fusion mode), else {}."""
@@ -852,6 +894,15 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
             f"workers' rounds back to back at that size (back_to_back_s: on the line through the two sizes around it): "
             f"what a PS round that starts after compute pays beyond (network.ps_after_compute_extra)")
         out["data_ps_after_compute"] = ps_after
+        out["inter"]["allreduce"]["one_machine"] = shared_cores  # measured in the placement the rounds had
+    landing = _ps_landing_rounds(rows)
+    if landing:
+        out["sources"]["ps_landing"] = (
+            f"{source}: commbench's ps landing rounds (push_pull_landing: one partition, every worker pushing "
+            f"at once after a barrier and timing its own round), per worker count and size the median over "
+            f"repeated records of how much earlier than the slowest each worker's reply landed, fastest first "
+            f"(data_ps_landing: gaps_s), in place of a server's replies one after another (network.ps_landing)")
+        out["data_ps_landing"] = landing
         out["inter"]["allreduce"]["one_machine"] = shared_cores  # measured in the placement the rounds had
     ps = _ps_fit(rows)
     if ps is not None:
@@ -1172,6 +1223,23 @@ def _ps_after_compute_rounds(rows: list[dict]) -> dict:
                 "bytes": nbytes, "compute_s": float(of_model[0]["after_compute_s"]),
                 "measured_s": statistics.median(float(r["time_us"]) * 1e-6 for r in of_model),
                 "back_to_back_s": _through(sizes, times, nbytes)}
+    return out
+
+
+def _ps_landing_rounds(rows: list[dict]) -> dict:
+    """{workers: {bytes: [...], gaps_s: [[...] per size]}} from commbench's landing rounds
+    (`push_pull_landing`, right): per size and order (fastest worker first), the median over
+    repeated records of the gap to the slowest."""
+    ok = [r for r in rows if r.get("mode") == "ps" and r.get("collective") == "push_pull_landing"
+          and not r.get("wrong") and "error" not in r and r.get("gaps_s")]
+    out: dict = {}
+    for w in sorted({r["workers"] for r in ok}):
+        of_w = [r for r in ok if r["workers"] == w and len(r["gaps_s"]) == w]
+        sizes = sorted({int(r["bytes"]) for r in of_w})
+        if sizes:
+            out[w] = {"bytes": sizes, "gaps_s": [
+                [statistics.median(float(r["gaps_s"][k]) for r in of_w if int(r["bytes"]) == n) for k in range(w)]
+                for n in sizes]}
     return out
 
 

@@ -53,7 +53,11 @@ but for PS on the emulated cluster's links, below):
   the machines fall out of step and no longer push at once: there every machine runs on one
   clock with its own links (`PSMachines`, `ps_machines_period_s`; not for ByteScheduler's queue,
   which stays in step), and with m machines and one server holding the whole gradient (n bytes
-  at beta) BSP-PS's period is the compute plus (m + 1) n beta, not 2 m n beta. Stack "study": with one machine BytePS is not distributed
+  at beta) BSP-PS's period is the compute plus (m + 1) n beta, not 2 m n beta. Where make
+  commbench timed the replies' landing with the run's number of machines in its placement
+  (`Cluster.landing_gaps`: four TCP connections share the one queue, each with its own window,
+  so at 100 Mbit/s tiny-resnet's last two replies of four land together), they land at that
+  profile instead, none earlier than one after another. Stack "study": with one machine BytePS is not distributed
   (DMLC_NUM_WORKER=1), so only the node's reduce and broadcast run; ddlbench's runtime pushes
   through the servers even then (stack "ddlbench"). A machine's push when its PS rounds idled
   AFTER_COMPUTE_IDLE_S also pays what make commbench found a push/pull round costs right after
@@ -915,7 +919,8 @@ class PSMachines(PSComm):
     """Per-machine PS as `PSComm`, each machine on its own (`fifo_pulls`): its node stage, its
     link directions with their token buckets, its pushes through the servers' downlinks one after
     another, and each server's replies through its uplink one machine after another, in the
-    order the pushes came. A partition's round ends for a machine when its own reply lands."""
+    order the pushes came, or at the landing profile make commbench measured (`_landing`). A
+    partition's round ends for a machine when its own reply lands."""
 
     def __init__(self, sim: Sim, cluster: Cluster, workers: int, message_numels: list[int], element_size: int,
                  method_cfg: dict, opts: Options, server_schedule: bool):
@@ -959,8 +964,13 @@ class PSMachines(PSComm):
             out.submit((out.timed(mine, wire.time_s(mine)), 0.0, started, None))
 
         def replies():
-            for machine, then in self.rounds.pop((part.key, r)):
-                pull(machine, then)
+            waiting = self.rounds.pop((part.key, r))
+            gaps = self.cluster.landing_gaps(len(waiting), nbytes)
+            if gaps is None:
+                for machine, then in waiting:
+                    pull(machine, then)
+                return
+            self._landing(s, mine, waiting, gaps, broadcast_s)
 
         def arrived():
             waiting = self.rounds.setdefault((part.key, r), [])
@@ -979,6 +989,28 @@ class PSMachines(PSComm):
                    (u.timed(mine, wire.time_s(mine)), 0.0, push_started, None))  # a cold round starts late
 
         self.node[k].submit((reduce_s, 0.0, None, reduced))
+
+    def _landing(self, s: int, mine: float, waiting: list, gaps: list[float], broadcast_s: float) -> None:
+        """A server's replies to `waiting` (machine, callback), in the order their pushes came, at
+        the landing profile make commbench measured (`Cluster.landing_gaps`: the i-th fastest
+        lands `gaps[i]` replies' times at the rate before the last): all of them through the
+        server's uplink as one transfer, the last landing when it ends, none earlier than one
+        after another would land it (the most spread a FIFO queue gives)."""
+        sim, wire, w = self.sim, self.wire, len(waiting)
+        total = w * mine
+        unit = mine * wire.beta_s_per_byte
+
+        def started(now, end):
+            saved = max(0.0, wire.time_s(total) - (end - now))  # what the bucket's tokens gave
+            for j, (machine, then) in enumerate(waiting):
+                fifo = now + max(0.0, wire.time_s((j + 1) * mine) - saved)
+                land = min(end, max(fifo, end - gaps[j] * unit))
+                d = self.down[machine]
+                sim.at(now + wire.alpha_s, d.submit,
+                       (d.timed(mine, mine * wire.beta_s_per_byte), land, None,
+                        lambda machine=machine, then=then: self.node[machine].submit((broadcast_s, 0.0, None, then))))
+        out = self.server_out[s]
+        out.submit((out.timed(total, wire.time_s(total)), 0.0, started, None))
 
 
 def ps_machines_period_s(p: "Plan", profile: Profile, cluster: Cluster, workers: int, cfg: dict, opts: Options,

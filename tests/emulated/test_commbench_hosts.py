@@ -54,6 +54,11 @@ def test_commbench_ps_mode_across_hosts_puts_the_server_on_a_host_of_its_own(emu
     big = max(rows, key=lambda r: r["bytes"])
     # the buckets (128 KiB per link direction) refill between the push and the pull phases
     assert big["time_us"] * 1e-6 >= 0.8 * (4 * big["bytes"] - 4 * 131072) * 8 / rate_bps, big
+    # the landing rounds across the hosts: how much earlier the first worker's reply lands, within
+    # the slowest worker's round, the slowest's 0 (what the predictor's per-machine PS replies take)
+    landing = [r for r in records(tmp_path) if r.get("collective") == "push_pull_landing"]
+    assert landing and all(r["wrong"] == 0 and r["gaps_s"][1] == 0 for r in landing)
+    assert all(0 <= r["gaps_s"][0] < r["time_us"] * 1e-6 for r in landing)
 
 
 def network_up_after(c) -> bool:

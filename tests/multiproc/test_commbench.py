@@ -1,5 +1,6 @@
 """commbench for real: every collective correct on 2 and 3 workers on every available backend,
 the fallback recorded, and the seeds' two experiments producing their numbers."""
+import statistics
 import subprocess
 import sys
 
@@ -149,7 +150,8 @@ def test_ps_mode_pushes_and_pulls_through_the_ps_engine_and_fits_the_ps_wire(tmp
     for r in rows:
         assert r["workers"] == 2 and r["servers"] == 1 and r["wire"] == "zmq"
         assert r["wrong"] == 0 and 0 < r["time_us_min"] <= r["time_us_p50"] <= r["time_us_max"]
-        assert 3 <= r["iters"] <= 6 and r["warmup"] == 2  # the second warm-up timed, rank 0's plan for both
+        # the second warm-up timed, rank 0's plan for both (the landing rounds: at least PS_LANDING_ROUNDS)
+        assert 3 <= r["iters"] <= (6 if r["collective"] != "push_pull_landing" else 12) and r["warmup"] == 2
     # then the bursts: 32 keys in flight per worker, the machine's busy CPU per worker-message
     from ddlbench import hostcpu
     from ddlbench.commbench.modes import PS_BURST_BYTES, PS_BURST_KEYS
@@ -166,7 +168,18 @@ def test_ps_mode_pushes_and_pulls_through_the_ps_engine_and_fits_the_ps_wire(tmp
     (after,) = [r for r in rows if r["collective"] == "push_pull_after_compute"]
     assert after["model"] == "tiny-resnet" and after["after_compute_s"] == 0.005 and after["bytes"] == 312168
     assert after["wrong"] == 0 and after["time_us"] > 0 and 3 <= after["iters"] <= 24
-    assert len(rows) == len(rounds) + len(bursts) + len(node) + 1
+    # last, the landing rounds: every worker pushing at once after a barrier, each timing its own;
+    # per size how much earlier than the slowest each worker's reply landed, fastest first
+    from ddlbench.commbench.modes import PS_LANDING_BYTES, PS_LANDING_ROUNDS
+
+    landing = [r for r in rows if r["collective"] == "push_pull_landing"]
+    assert [r["bytes"] for r in landing] == list(PS_LANDING_BYTES)
+    for r in landing:
+        assert r["wrong"] == 0 and r["iters"] == PS_LANDING_ROUNDS == len(r["rounds_s"])
+        assert all(len(times) == 2 and 0 < times[0] <= times[1] for times in r["rounds_s"])
+        assert r["gaps_s"] == [pytest.approx(statistics.median(t[1] - t[0] for t in r["rounds_s"])), 0.0]
+        assert r["time_us"] == pytest.approx(sum(t[1] for t in r["rounds_s"]) / PS_LANDING_ROUNDS * 1e6)
+    assert len(rows) == len(rounds) + len(bursts) + len(node) + 1 + len(landing)
     assert all(r["node_workers"] == 2 and r["ps_topology"] == "per-machine" for r in node)
     for r in bursts + node:
         assert r["keys"] == PS_BURST_KEYS and r["cores"] == hostcpu.cores() and r["bytes"] == 32 * r["key_bytes"]
@@ -180,6 +193,7 @@ def test_ps_mode_pushes_and_pulls_through_the_ps_engine_and_fits_the_ps_wire(tmp
     spec = network.commbench_network(sizes + rows, "x", "test")
     assert spec["ps"]["alpha_s"] > 0 and spec["ps"]["beta_s_per_byte"] >= 0
     assert spec["data_ps_after_compute"][2]["tiny-resnet"]["measured_s"] == pytest.approx(after["time_us"] * 1e-6)
+    assert spec["data_ps_landing"][2] == {"bytes": list(PS_LANDING_BYTES), "gaps_s": [r["gaps_s"] for r in landing]}
     assert spec["host_cpu"]["cores"] == hostcpu.cores() and spec["host_cpu"]["s_per_message"] > 0
     fit = spec["inter"]["node_ps"]["by_ranks"][2]
     assert fit["alpha_s"] + fit["beta_s_per_byte"] * PS_BURST_BYTES[-1] > 0  # the node's whole path per key

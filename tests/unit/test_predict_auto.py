@@ -728,6 +728,45 @@ def test_commbench_ps_round_after_compute_gives_what_a_ps_round_pays_then(tmp_pa
                     "data_ps_after_compute 2 tiny-resnet.*is invalid; accepted: .*measured_s > 0")
 
 
+def test_commbench_ps_landing_rounds_give_how_early_each_reply_lands(tmp_path):
+    """commbench's landing rounds (every worker pushing at once after a barrier, each timing its
+    own round) are kept per worker count and size as the median over records of each order's gap
+    to the slowest (`data_ps_landing`); loading the config gives them in replies' times at the PS
+    wire's rate (here the all-reduce fit's 2e-9 s/B), which the simulator takes per size on the
+    line in log size; a bad profile is refused in one line."""
+    a, b = 1e-4, 2e-9
+
+    def landing(workers, nbytes, gaps, **extra):
+        return {"mode": "ps", "collective": "push_pull_landing", "dtype": "fp32", "device": "cpu",
+                "workers": workers, "servers": 1, "wire": "zmq", "partition_bytes": 4_096_000, "wrong": 0,
+                "bytes": nbytes, "time_us": 1e3, "gaps_s": gaps, **extra}
+    rows = [landing(4, 1 << 20, [6e-3, 3e-3, 1e-3, 0.0]), landing(4, 1 << 20, [8e-3, 2e-3, 1e-3, 0.0]),
+            landing(4, 1 << 20, [7e-3, 4e-3, 0.0, 0.0]),
+            landing(4, 1 << 16, [4e-4, 2e-4, 1e-4, 0.0]),
+            landing(4, 1 << 16, [9.0, 9.0, 9.0, 0.0], wrong=1),  # a wrong round: not read
+            landing(2, 1 << 16, [1e-4, 0.0])]
+    spec = network.commbench_network(commbench_rows(a, b) + rows, "box", "test data")
+    assert spec["data_ps_landing"] == {
+        2: {"bytes": [1 << 16], "gaps_s": [[1e-4, 0.0]]},
+        4: {"bytes": [1 << 16, 1 << 20], "gaps_s": [[4e-4, 2e-4, 1e-4, 0.0], [7e-3, 3e-3, 1e-3, 0.0]]}}
+    assert "push_pull_landing" in spec["sources"]["ps_landing"]
+    network.write_config(spec, tmp_path)
+    c = network.load("box", tmp_path)
+    unit_64k, unit_1m = (1 << 16) * b, (1 << 20) * b  # one reply's time at the rate
+    assert c.landing_gaps(4, 1 << 16) == pytest.approx([4e-4 / unit_64k, 2e-4 / unit_64k, 1e-4 / unit_64k, 0.0])
+    assert c.landing_gaps(4, 1 << 30) == pytest.approx([7e-3 / unit_1m, 3e-3 / unit_1m, 1e-3 / unit_1m, 0.0])
+    assert c.landing_gaps(4, 1 << 18)[0] == pytest.approx((4e-4 / unit_64k + 7e-3 / unit_1m) / 2)  # halfway in log
+    assert c.landing_gaps(3, 1 << 16) is None
+    assert network.on_one_machine(c, 2).ps_landing == c.ps_landing
+    assert "data_ps_landing" not in network.commbench_network(commbench_rows(a, b), "box", "test data")
+    for bad in ({"bytes": [1 << 16], "gaps_s": [[1e-4]]}, {"bytes": [1 << 16], "gaps_s": [[-1e-4, 0.0]]},
+                {"bytes": [1 << 20, 1 << 16], "gaps_s": [[0.0, 0.0], [0.0, 0.0]]}):
+        broken = {**spec, "name": "bad", "data_ps_landing": {2: bad}}
+        network.write_config(broken, tmp_path)
+        with pytest.raises(ValueError, match=r"data_ps_landing 2: .* is invalid; accepted: workers >= 2"):
+            network.load("bad", tmp_path)
+
+
 def test_auto_names_the_methods_tied_with_its_pick(monkeypatch, capsys):
     """A link so fast that every overlapping method is compute-bound: they tie (cli.TIE_REL), the run
     takes the fastest, and the ties are printed and kept in the record's prediction."""

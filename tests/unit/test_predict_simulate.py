@@ -1004,3 +1004,32 @@ def test_ps_replies_leave_one_machine_after_another_on_the_emulated_links_by_han
     # explain's what-ifs keep the links' buckets (a link of no per-byte time has nothing to save)
     ex = simulate.explain("bsp-ps", toy(), tbf, 2, simulate.Options(horovod_cycle_s=0.0))
     assert ex["period_s"] == pytest.approx(7.6, rel=1e-4) and ex["shares_s"]["bandwidth"] == pytest.approx(3.6, rel=1e-3)
+
+
+def test_ps_replies_land_at_the_profile_commbench_measured_by_hand():
+    # The toy above (BSP-PS, one 120,000 B message, d = 1.2 s a push or a reply, a tbf link),
+    # where make commbench measured how much earlier than the last each reply lands
+    # (Cluster.ps_landing, in replies' times at the rate, fastest first).
+    # 2 machines, the first reply half a reply before the last (g = 0.6 s): the pushes arrive at
+    # 5.2 and 6.4, both replies go out 6.4-8.8, machine 0's lands at 8.2 and machine 1's at 8.8.
+    # Machine 0 pushes at 12.2 (in 13.4), machine 1 at 12.8, through the server's downlink after
+    # it (13.4-14.6); the replies go 14.6-17.0, landing at 16.4 and 17.0: the period is
+    # 4 + 4 d - g = 8.2 s, between one after another (4 + 3 d = 7.6) and together (4 + 4 d = 8.8).
+    def tbf(landing):
+        c = Cluster("toy", intra=None, inter=Link(0.0, 1e-5, burst_bytes=1), gpus_per_node=1)
+        c.ps_landing.update(landing)
+        return c
+
+    assert period("bsp-ps", toy(), tbf({2: ([120_000], [[0.5, 0.0]])})) == pytest.approx(8.2, rel=1e-4)
+    # between two measured sizes, the line in log size: halfway between 12 kB and 1.2 MB
+    assert period("bsp-ps", toy(), tbf({2: ([12_000, 1_200_000], [[1.0, 0.0], [0.0, 0.0]])})) == \
+        pytest.approx(8.2, rel=1e-4)
+    assert tbf({2: ([12_000, 1_200_000], [[1.0, 0.0], [0.0, 0.0]])}).landing_gaps(2, 120_000) == \
+        pytest.approx([0.5, 0.0])
+    # every reply landing with the last: the machines stay in step, as on a real link (4 + 8 d)
+    assert period("bsp-ps", toy(), tbf({4: ([120_000], [[0.0] * 4])}), workers=4) == pytest.approx(13.6, rel=1e-4)
+    # never earlier than one after another (a FIFO queue's most spread): 4 + 3 d
+    assert period("bsp-ps", toy(), tbf({2: ([120_000], [[5.0, 0.0]])})) == pytest.approx(7.6, rel=1e-4)
+    # measured for another number of machines only: one after another, as before
+    assert tbf({4: ([120_000], [[0.0] * 4])}).landing_gaps(2, 120_000) is None
+    assert period("bsp-ps", toy(), tbf({4: ([120_000], [[0.0] * 4])})) == pytest.approx(7.6, rel=1e-4)
