@@ -11,12 +11,14 @@ after `--skip` warm-up iterations, the medians by order:
 * `period_ms`: from one iteration's reply to the next one's, per partition.
 
 This is how the predictor's picture of a server's link (`predict.simulate.PSMachines`:
-pushes one after another into the server, replies one after another out of it, the first of
-each after an idle spell on the tbf bucket's tokens) is checked against a run. On the emulated
+pushes one after another into the server, replies out of it at the landing profile make
+commbench measured, else one after another, the first of each after an idle spell on the tbf
+bucket's tokens) is checked against a run. On the emulated
 cluster at 100 Mbit/s (tiny-resnet's one 312 KB partition, one at the rate: 25 ms; on a full
 bucket: 15 ms), the replies to 2 workers landed 22 and 43 ms after they left, one after
 another as modelled. Those to 4 workers landed 30, 67, 89 and 95 ms after: the last two
-together, where the model has them 25 ms apart. Those two workers then push at once, and
+together, where one after another has them 25 ms apart (commbench's landing rounds at
+256 KiB and 4 workers give the same: the last two 0.14 of a reply's time apart). Those two workers then push at once, and
 the pushes arrive 17, 19, 39 and 41 ms after they start: the last two share the server's link.
 
     python -m ddlbench.analysis.ps_rounds RUN_DIR [--skip 5] [--rounds]
