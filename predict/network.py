@@ -887,23 +887,19 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
         out["data_after_compute"] = after
     ps_after = _ps_after_compute_rounds(rows)
     if ps_after:
-        out["sources"]["ps_after_compute"] = (
+        _keep_ps_rounds(out, "ps_after_compute", ps_after, shared_cores, (
             f"{source}: commbench's ps rounds after compute (push_pull_after_compute: each fusion model's "
             f"gradients as one push/pull once every worker computed), the time of the worker that arrived last, "
             f"the median over repeated records of its mean (data_ps_after_compute: measured_s), against the same "
             f"workers' rounds back to back at that size (back_to_back_s: on the line through the two sizes around it): "
-            f"what a PS round that starts after compute pays beyond (network.ps_after_compute_extra)")
-        out["data_ps_after_compute"] = ps_after
-        out["inter"]["allreduce"]["one_machine"] = shared_cores  # measured in the placement the rounds had
+            f"what a PS round that starts after compute pays beyond (network.ps_after_compute_extra)"))
     landing = _ps_landing_rounds(rows)
     if landing:
-        out["sources"]["ps_landing"] = (
+        _keep_ps_rounds(out, "ps_landing", landing, shared_cores, (
             f"{source}: commbench's ps landing rounds (push_pull_landing: one partition, every worker pushing "
             f"at once after a barrier and timing its own round), per worker count and size the median over "
             f"repeated records of how much earlier than the slowest each worker's reply landed, fastest first "
-            f"(data_ps_landing: gaps_s), in place of a server's replies one after another (network.ps_landing)")
-        out["data_ps_landing"] = landing
-        out["inter"]["allreduce"]["one_machine"] = shared_cores  # measured in the placement the rounds had
+            f"(data_ps_landing: gaps_s), in place of a server's replies one after another (network.ps_landing)"))
     ps = _ps_fit(rows)
     if ps is not None:
         (alpha, beta, ps_sizes, ps_times, partition) = ps
@@ -1224,6 +1220,14 @@ def _ps_after_compute_rounds(rows: list[dict]) -> dict:
                 "measured_s": statistics.median(float(r["time_us"]) * 1e-6 for r in of_model),
                 "back_to_back_s": _through(sizes, times, nbytes)}
     return out
+
+
+def _keep_ps_rounds(out: dict, key: str, data: dict, shared_cores: bool, source: str) -> None:
+    """Keep commbench's PS rounds of one kind in the written config: `data_<key>` with its
+    source, measured in the placement the rounds had (`one_machine`)."""
+    out["sources"][key] = source
+    out[f"data_{key}"] = data
+    out["inter"]["allreduce"]["one_machine"] = shared_cores
 
 
 def _ps_landing_rounds(rows: list[dict]) -> dict:
