@@ -423,6 +423,8 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
             # the iterations' spread measured with the same compute: what W workers wait for
             prof = with_run_copy(replace(cli.load_profile(r["model"], r["local_batch"], one), iteration_s=list(spread)),
                                  r).started_late(late)
+            if name == "probe":  # its compute after the workers idled, as the probe timed it
+                prof = prof.with_after_idle(probe_after_idle(r))
             p, prof, cluster = cli.predict(r["model"], [r["workers"]], placed, (r["method"],), r["local_batch"], one,
                                            opts, explain=False, prof=prof)
             pair[name] = (p[(r["method"], r["workers"])].samples_per_sec, r["samples_per_sec"])
@@ -470,6 +472,20 @@ def probe_lockstep_s(rec: dict) -> tuple[float, float] | None:
         return whole, 0.0
     own = statistics.mean(own)
     return own, max(0.0, whole - own)
+
+
+def probe_after_idle(rec: dict) -> list[tuple[float, float]]:
+    """The run's compute probe after its workers idled (driver: `compute_probe_idle_s`,
+    `compute_probe_after_idle_own_s`): [(idle seconds, how much longer the slowest worker's own
+    step took than in the lock-step steps without idle)], the means over the repeats, none below
+    0 (idle does not speed a core up; noise would); [] where the run has none (records before
+    2026-11-29)."""
+    idles, after, own = (rec.get(k) for k in ("compute_probe_idle_s", "compute_probe_after_idle_own_s",
+                                                "compute_probe_lockstep_own_s"))
+    if not (idles and after and own):
+        return []
+    base = statistics.mean(own)
+    return [(float(d), max(0.0, statistics.mean(rep[k] for rep in after) - base)) for k, d in enumerate(idles)]
 
 
 TARGET_APE = 0.10  # issue 14: median absolute percentage error per method against real runs

@@ -74,6 +74,10 @@ class Profile:
     # on the CPU, measured (`measure_copy`, named in `source`), where the per-tensor calls cost the most
     copy_tensor_s: float = 0.0
     copy_Bps: float = GPU_MEM_BPS
+    # how much longer the compute of an iteration takes after its workers idled: [(idle seconds,
+    # extra seconds)], idle ascending, from the run's compute probe (driver.PROBE_IDLE_S); empty:
+    # none (`idle_extra_s`)
+    after_idle: list = field(default_factory=list)
 
     @property
     def compute_s(self) -> float:
@@ -129,6 +133,28 @@ class Profile:
             raise ValueError(f"copy cost {tensor_s!r} s per tensor, {Bps!r} B/s is invalid; accepted: >= 0 s and a "
                              f"finite bandwidth > 0")
         return replace(self, copy_tensor_s=tensor_s, copy_Bps=Bps, source=f"{self.source}; copies: {source}")
+
+    def idle_extra_s(self, idle_s: float) -> float:
+        """What the compute of an iteration takes beyond its own after the workers idled `idle_s`
+        (waiting for their communication): on the line through (0, 0) and the measured points
+        (`after_idle`), the last point's beyond them; 0 without points."""
+        if not self.after_idle or not idle_s > 0:
+            return 0.0
+        points = [(0.0, 0.0), *self.after_idle]
+        for (x0, y0), (x1, y1) in zip(points, points[1:]):
+            if idle_s <= x1:
+                return y0 + (y1 - y0) * (idle_s - x0) / (x1 - x0)
+        return points[-1][1]
+
+    def with_after_idle(self, points) -> "Profile":
+        """The same profile whose compute takes `points` ([(idle s, extra s)], `after_idle`) more
+        after its workers idled."""
+        points = sorted((float(x), float(y)) for x, y in points)
+        if any(not (0 < x < math.inf and 0 <= y < math.inf) for x, y in points) or \
+                len({x for x, _ in points}) < len(points):
+            raise ValueError(f"after-idle points {points!r} are invalid; accepted: distinct idle seconds > 0, each "
+                             f"with an extra >= 0 seconds")
+        return replace(self, after_idle=points)
 
     def sync_factor(self, workers: int) -> float:
         """How much longer `workers` synchronised workers take to compute an iteration than one

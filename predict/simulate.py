@@ -1170,7 +1170,19 @@ class Result:
 def simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opts: Options | None = None,
              plan: Plan | None = None) -> Result:
     """The steady-state iteration time of `method` on `workers` workers of `cluster` (`plan`:
-    the method's messages, decided beforehand; by default `plan_for` decides)."""
+    the method's messages, decided beforehand; by default `plan_for` decides). Where the profile
+    says how much slower compute comes back after its workers idled (`Profile.after_idle`, the
+    run's compute probe), an iteration of several workers also pays that for the time it
+    spends beyond its compute (what its workers wait for communication), once: every one of
+    them starts the next iteration's compute after that wait."""
+    r = _simulate(method, profile, cluster, workers, opts, plan)
+    if workers > 1 and profile.after_idle:
+        r = replace(r, period_s=r.period_s + profile.idle_extra_s(r.period_s - r.compute_s))
+    return r
+
+
+def _simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opts: Options | None = None,
+              plan: Plan | None = None) -> Result:
     opts = opts or Options()
     cfg = method_config(method, opts.bytescheduler_ps)
     if workers == 1 and not one_worker_works(cfg, opts):

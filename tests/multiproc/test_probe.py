@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import textwrap
 
+from ddlbench import driver
 from helpers import two_ranks
 
 SLOW_S = 0.5  # rank 1's extra time in each of its steps: far beyond a tiny-resnet step of batch 2, even on busy cores
@@ -29,8 +30,8 @@ PROBE = textwrap.dedent(f"""
     ctx = methods.Context(rank=rank, world=2, device=torch.device("cpu"), tracer=Tracer(rank), workload=w,
                           seed=cfg.seed)
     batches = [w.make_batch(cfg.seed, rank, b, ctx.device) for b in range(2)]
-    free, lockstep, own = driver._Probe(w, cfg).run(ctx, batches, ctx.tracer, 0, 0)
-    print(json.dumps({{"free": free, "lockstep": lockstep, "own": own}}), flush=True)
+    free, lockstep, own, after_idle = driver._Probe(w, cfg).run(ctx, batches, ctx.tracer, 0, 0)
+    print(json.dumps({{"free": free, "lockstep": lockstep, "own": own, "after_idle": after_idle}}), flush=True)
     dist.barrier()
     dist.destroy_process_group()
 """)
@@ -47,3 +48,6 @@ def test_the_lockstep_probe_counts_each_steps_slowest_worker():
     assert all(t >= SLOW_S for t in fast["own"])
     # one machine: each step from the first start to the last end, at least the slowest worker's own
     assert all(t >= o for t, o in zip(fast["lockstep"], fast["own"]))
+    # after each idle length, the mean of its steps' slowest worker's own: the slow one's, on both
+    assert fast["after_idle"] == slow["after_idle"] and len(fast["after_idle"]) == len(driver.PROBE_IDLE_S)
+    assert all(t >= SLOW_S for t in fast["after_idle"])

@@ -312,14 +312,18 @@ def test_validation_takes_one_workers_compute_from_the_runs_own_probe_where_it_h
     # 0.05 s after the first): that step, begun 0.05 s late
     record.write(tmp_path, {**_measured("wfbp-a2a", 4, 100.0), **base, "compute_probe_s": [0.14, 0.16],
                             "compute_probe_iter_s": steps, "compute_probe_lockstep_s": [0.2, 0.22],
-                            "compute_probe_lockstep_own_s": [0.14, 0.18]})
+                            "compute_probe_lockstep_own_s": [0.14, 0.18],
+                            # and its steps after the workers idled 10 and 50 ms: 10 and 50 ms longer
+                            # than that own step (0.16 s), on the mean over the repeats
+                            "compute_probe_idle_s": [0.01, 0.05],
+                            "compute_probe_after_idle_own_s": [[0.16, 0.2], [0.18, 0.22]]})
 
-    def predicted(workers, one, spread, copies=True, method="bsp-a2a", late=0.0):
+    def predicted(workers, one, spread, copies=True, method="bsp-a2a", late=0.0, idle=()):
         prof = replace(cli.load_profile("tiny-resnet", 8, one), iteration_s=spread)
         if copies:
             share = max(1, workers / 2)
             prof = prof.with_copy(2e-5 * share, 1e9 / share, "fixed")
-        prof = prof.started_late(late)
+        prof = prof.started_late(late).with_after_idle(idle)
         opts = cli.study_opts("local", "ddlbench", backend="gloo")
         return cli.predict("tiny-resnet", [workers], "loopback", (method,), 8, one, opts, explain=False,
                            prof=prof)[0][(method, workers)].samples_per_sec
@@ -327,7 +331,13 @@ def test_validation_takes_one_workers_compute_from_the_runs_own_probe_where_it_h
     by_workers = {w: (p, source) for method, _, w, p, _, _, source in runs if method == "bsp-a2a"}
     lockstep = {w: (p, source) for method, _, w, p, _, _, source in runs if method == "wfbp-a2a"}
     assert lockstep == {2: (pytest.approx(predicted(2, 8 / 0.21, [], method="wfbp-a2a")), "lock-step"),
-                        4: (pytest.approx(predicted(4, 8 / 0.16, [], method="wfbp-a2a", late=0.05)), "lock-step")}
+                        4: (pytest.approx(predicted(4, 8 / 0.16, [], method="wfbp-a2a", late=0.05,
+                                                    idle=[(0.01, 0.01), (0.05, 0.05)])), "lock-step")}
+    assert validation.probe_after_idle(next(r for r in load([str(tmp_path)]).records
+                                            if r.get("compute_probe_idle_s"))) == [(0.01, pytest.approx(0.01)),
+                                                                                   (0.05, pytest.approx(0.05))]
+    # slower after the workers idled for their communication
+    assert lockstep[4][0] < predicted(4, 8 / 0.16, [], method="wfbp-a2a", late=0.05)
     # begun late, its gradients appear later than in a step as long as the whole one
     assert lockstep[4][0] < predicted(4, 8 / 0.21, [], method="wfbp-a2a")
     # beside it, the free-running steps' mean and spread, as a probe without lock-step steps gives

@@ -56,6 +56,24 @@ def test_a_fused_message_pays_its_devices_pack_and_unpack():
             toy().with_copy(*bad, "test")
 
 
+def test_compute_after_the_workers_idled_pays_what_the_probe_found_by_hand():
+    # The run's compute probe found its steps 0.2 s longer after 1 s of idle, 0.3 s after 4 s.
+    # BSP: compute 4 s, then the all-reduce (2 s) while every worker waits: 2 s of idle, on the
+    # line from (1, 0.2) to (4, 0.3): 0.2333 s more, 6.2333 s. WFBP (5 s, 1 s of idle): 0.2 s.
+    # Half a second of idle: half of (1, 0.2) from (0, 0). One worker never waits: 4 s.
+    prof = toy().with_after_idle([(4.0, 0.3), (1.0, 0.2)])
+    assert prof.after_idle == [(1.0, 0.2), (4.0, 0.3)]
+    assert prof.idle_extra_s(0.5) == pytest.approx(0.1) and prof.idle_extra_s(9.0) == pytest.approx(0.3)
+    assert prof.idle_extra_s(0.0) == 0.0 and toy().idle_extra_s(2.0) == 0.0
+    assert period("bsp-a2a", prof, two_gpus()) == pytest.approx(6.0 + 0.2 + 0.1 / 3)
+    assert period("wfbp-a2a", prof, two_gpus()) == pytest.approx(5.2)
+    assert period("bsp-a2a", prof, two_gpus(), workers=1) == pytest.approx(4.0)
+    assert simulate.simulate("bsp-a2a", prof, two_gpus(), 2).compute_s == pytest.approx(4.0)
+    for bad in ([(0.0, 0.1)], [(1.0, -0.1)], [(1.0, 0.1), (1.0, 0.2)], [(float("inf"), 0.1)]):
+        with pytest.raises(ValueError, match=r"after-idle points .* are invalid; accepted: distinct idle seconds > 0"):
+            toy().with_after_idle(bad)
+
+
 def test_a_collective_after_compute_pays_what_commbench_found_then():
     # Cluster.after_compute_s 0.5 s at 2 ranks: BSP's one all-reduce after backward [4, 6.5]:
     # 6.5 s. WFBP's first (p2 at 2) pays it, [2, 3.5]; p1 and p0 find the stream busy or just
