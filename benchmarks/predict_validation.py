@@ -475,16 +475,23 @@ def probe_lockstep_s(rec: dict) -> tuple[float, float] | None:
 
 
 def probe_after_idle(rec: dict) -> list[tuple[float, float]]:
-    """The run's compute probe after its workers idled (driver: `compute_probe_idle_s`,
-    `compute_probe_after_idle_own_s`): [(idle seconds, how much longer the slowest worker's own
-    step took than in the lock-step steps without idle)], the means over the repeats, none below
-    0 (idle does not speed a core up; noise would); [] where the run has none (records before
-    2026-11-29)."""
-    idles, after, own = (rec.get(k) for k in ("compute_probe_idle_s", "compute_probe_after_idle_own_s",
-                                                "compute_probe_lockstep_own_s"))
-    if not (idles and after and own):
+    """The run's compute probe after its workers idled (driver: `compute_probe_idle_s`): [(idle
+    seconds, how much longer the lock-step step took after that idle than without)], the means
+    over the repeats, none below 0 (idle does not speed a core up; noise would). The whole step
+    (`compute_probe_after_idle_s` against `compute_probe_lockstep_s`: where the iteration's
+    compute ends, `probe_lockstep_s`), or where a record kept only the slowest worker's own
+    step after idle (be33, 2026-11-29), that against the own lock-step step: at 4 workers on 2
+    cores a step after idle can interleave where one without starts late, so the own step
+    grows more than the whole one. [] where the run has none (records before 2026-11-29)."""
+    idles = rec.get("compute_probe_idle_s")
+    for after_key, base_key in (("compute_probe_after_idle_s", "compute_probe_lockstep_s"),
+                                ("compute_probe_after_idle_own_s", "compute_probe_lockstep_own_s")):
+        after, base = rec.get(after_key), rec.get(base_key)
+        if idles and after and base:
+            break
+    else:
         return []
-    base = statistics.mean(own)
+    base = statistics.mean(base)
     return [(float(d), max(0.0, statistics.mean(rep[k] for rep in after) - base)) for k, d in enumerate(idles)]
 
 

@@ -40,8 +40,8 @@ after the barrier starts late, which its own step leaves out (there, the first s
 last end took 2.1-3.5 ms more than the slowest worker's own step, 1.2-1.35 times it; at 2 workers
 0.1-0.5 ms).
 Last, half as many steps at each of PROBE_IDLE_S in lock-step after the workers idled that long
-together (`compute_probe_idle_s`; each length's slowest worker's own step, mean per repeat,
-`compute_probe_after_idle_own_s`), as a BSP iteration's compute starts after every worker waited
+together (`compute_probe_idle_s`; each length's whole step and slowest worker's own step as
+above, means per repeat, `compute_probe_after_idle_s` and `compute_probe_after_idle_own_s`), as a BSP iteration's compute starts after every worker waited
 for its communication: a core left idle comes back slower (here, tiny-resnet at one thread, two
 workers: 0-0.5 ms more after 2-8 ms of idle, 0.9-2.2 ms after 16-32 ms, of a 12-13 ms step).
 The predictor's validation calibrates its compute from both; they are no multi-worker result
@@ -79,6 +79,7 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
     probe_iter_s: list[float] = []
     probe_lockstep_s: list[float] = []
     probe_own_s: list[float] = []
+    probe_idle_s: list[list[float]] = []
     probe_idle_own_s: list[list[float]] = []
     iteration = 0
 
@@ -90,8 +91,9 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
 
     for repeat in range(p.repeats):
         if probe is not None:
-            steps, lockstep, own, after_idle = probe.run(ctx, batches, tracer, iteration, repeat)
-            probe_idle_own_s.append(after_idle)
+            steps, lockstep, own, (after_idle, after_idle_own) = probe.run(ctx, batches, tracer, iteration, repeat)
+            probe_idle_s.append(after_idle)
+            probe_idle_own_s.append(after_idle_own)
             probe_iter_s += steps
             probe_s.append(sum(steps) / len(steps))
             probe_lockstep_s.append(sum(lockstep) / len(lockstep))
@@ -139,7 +141,7 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
         **({"compute_probe_s": [t / ctx.world for t in _over_ranks(probe_s, ctx, dist.ReduceOp.SUM)],
             "compute_probe_iter_s": probe_iter_s, "compute_probe_lockstep_s": probe_lockstep_s,
             "compute_probe_lockstep_own_s": probe_own_s, "compute_probe_idle_s": list(PROBE_IDLE_S),
-            "compute_probe_after_idle_own_s": probe_idle_own_s}
+            "compute_probe_after_idle_s": probe_idle_s, "compute_probe_after_idle_own_s": probe_idle_own_s}
            if probe is not None else {}),
         **numerics(ctx.device),
     }
@@ -160,11 +162,11 @@ class _Probe:
         self.model = copy.deepcopy(workload.model)
         self.opt = torch.optim.SGD(self.model.parameters(), lr=cfg.optimizer.lr, momentum=cfg.optimizer.momentum)
 
-    def run(self, ctx, batches: list, tracer, iteration: int, repeat: int) -> tuple[list, list, list, list]:
+    def run(self, ctx, batches: list, tracer, iteration: int, repeat: int) -> tuple[list, list, list, tuple]:
         """One probe: the seconds of each free-running step (this worker's), of each lock-step
         step, whole and its slowest worker's own (`lockstep_steps_s`: the same for every worker),
-        and per idle length of PROBE_IDLE_S the mean of its lock-step steps' slowest worker's own,
-        each step begun after every worker idled that long."""
+        and per idle length of PROBE_IDLE_S the means of its lock-step steps, whole and own, each
+        step begun after every worker idled that long."""
         _slowest_rank([0.0], ctx)  # every worker starts it together: each is timed beside the others
         t0_us = tracer.now_us()
         stamps = []  # (the run's own iterations seed their dropout each, as `one` does)
@@ -191,11 +193,11 @@ class _Probe:
             everyone = [None] * ctx.world
             dist.all_gather_object(everyone, mine, group=ctx.group)
         lockstep, own = lockstep_steps_s([(key, s) for key, s, _ in everyone])
-        after_idle = lockstep_steps_s([(key, s) for key, _, s in everyone])[1]
+        after_idle = lockstep_steps_s([(key, s) for key, _, s in everyone])
         tracer.complete("compute probe", "probe", t0_us, tracer.now_us(),
                         {"iter": iteration, "iters": self.iters, "repeat": repeat})
         return ([b - a for a, b in zip(stamps, stamps[1:])], lockstep, own,
-                [sum(after_idle[k * n:(k + 1) * n]) / n for k in range(len(PROBE_IDLE_S))])
+                tuple([sum(steps[k * n:(k + 1) * n]) / n for k in range(len(PROBE_IDLE_S))] for steps in after_idle))
 
     def _step(self, ctx, batch) -> None:
         loss = self.workload.loss(self.model, batch)

@@ -30,8 +30,9 @@ PROBE = textwrap.dedent(f"""
     ctx = methods.Context(rank=rank, world=2, device=torch.device("cpu"), tracer=Tracer(rank), workload=w,
                           seed=cfg.seed)
     batches = [w.make_batch(cfg.seed, rank, b, ctx.device) for b in range(2)]
-    free, lockstep, own, after_idle = driver._Probe(w, cfg).run(ctx, batches, ctx.tracer, 0, 0)
-    print(json.dumps({{"free": free, "lockstep": lockstep, "own": own, "after_idle": after_idle}}), flush=True)
+    free, lockstep, own, (after_idle, after_idle_own) = driver._Probe(w, cfg).run(ctx, batches, ctx.tracer, 0, 0)
+    print(json.dumps({{"free": free, "lockstep": lockstep, "own": own, "after_idle": after_idle,
+                      "after_idle_own": after_idle_own}}), flush=True)
     dist.barrier()
     dist.destroy_process_group()
 """)
@@ -48,6 +49,9 @@ def test_the_lockstep_probe_counts_each_steps_slowest_worker():
     assert all(t >= SLOW_S for t in fast["own"])
     # one machine: each step from the first start to the last end, at least the slowest worker's own
     assert all(t >= o for t, o in zip(fast["lockstep"], fast["own"]))
-    # after each idle length, the mean of its steps' slowest worker's own: the slow one's, on both
-    assert fast["after_idle"] == slow["after_idle"] and len(fast["after_idle"]) == len(driver.PROBE_IDLE_S)
-    assert all(t >= SLOW_S for t in fast["after_idle"])
+    # after each idle length, the means of its steps, whole and the slowest worker's own: the slow
+    # one's, on both
+    for key in ("after_idle", "after_idle_own"):
+        assert fast[key] == slow[key] and len(fast[key]) == len(driver.PROBE_IDLE_S)
+        assert all(t >= SLOW_S for t in fast[key])
+    assert all(t >= o for t, o in zip(fast["after_idle"], fast["after_idle_own"]))

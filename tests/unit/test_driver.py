@@ -121,9 +121,11 @@ def test_the_compute_probe_times_steps_before_each_repeat_and_leaves_the_run_as_
     assert probed["compute_probe_lockstep_own_s"] == probed["compute_probe_lockstep_s"]
     # then, per repeat, its step after each idle length (half as many steps, here one each)
     assert probed["compute_probe_idle_s"] == list(driver.PROBE_IDLE_S)
-    assert len(probed["compute_probe_after_idle_own_s"]) == 2
-    assert all(len(rep) == len(driver.PROBE_IDLE_S) and all(t > 0 for t in rep)
-               for rep in probed["compute_probe_after_idle_own_s"])
+    for key in ("compute_probe_after_idle_s", "compute_probe_after_idle_own_s"):
+        assert len(probed[key]) == 2
+        assert all(len(rep) == len(driver.PROBE_IDLE_S) and all(t > 0 for t in rep) for rep in probed[key])
+    # one worker: its own step is the whole step, after idle too
+    assert probed["compute_probe_after_idle_own_s"] == probed["compute_probe_after_idle_s"]
     for r in range(2):  # one worker: the workers' mean step is its own
         assert probed["compute_probe_s"][r] == pytest.approx(sum(probed["compute_probe_iter_s"][3 * r:3 * r + 3]) / 3)
     assert all(t > 0 for t in probed["compute_probe_iter_s"])

@@ -313,10 +313,12 @@ def test_validation_takes_one_workers_compute_from_the_runs_own_probe_where_it_h
     record.write(tmp_path, {**_measured("wfbp-a2a", 4, 100.0), **base, "compute_probe_s": [0.14, 0.16],
                             "compute_probe_iter_s": steps, "compute_probe_lockstep_s": [0.2, 0.22],
                             "compute_probe_lockstep_own_s": [0.14, 0.18],
-                            # and its steps after the workers idled 10 and 50 ms: 10 and 50 ms longer
-                            # than that own step (0.16 s), on the mean over the repeats
+                            # and its steps after the workers idled 10 and 50 ms: whole, 10 and 50 ms
+                            # longer than the whole lock-step step (0.21 s), on the mean over the
+                            # repeats (the own steps' 30 and 70 ms more are not what ends its compute)
                             "compute_probe_idle_s": [0.01, 0.05],
-                            "compute_probe_after_idle_own_s": [[0.16, 0.2], [0.18, 0.22]]})
+                            "compute_probe_after_idle_s": [[0.21, 0.25], [0.23, 0.27]],
+                            "compute_probe_after_idle_own_s": [[0.18, 0.22], [0.2, 0.24]]})
 
     def predicted(workers, one, spread, copies=True, method="bsp-a2a", late=0.0, idle=()):
         prof = replace(cli.load_profile("tiny-resnet", 8, one), iteration_s=spread)
@@ -333,9 +335,15 @@ def test_validation_takes_one_workers_compute_from_the_runs_own_probe_where_it_h
     assert lockstep == {2: (pytest.approx(predicted(2, 8 / 0.21, [], method="wfbp-a2a")), "lock-step"),
                         4: (pytest.approx(predicted(4, 8 / 0.16, [], method="wfbp-a2a", late=0.05,
                                                     idle=[(0.01, 0.01), (0.05, 0.05)])), "lock-step")}
-    assert validation.probe_after_idle(next(r for r in load([str(tmp_path)]).records
-                                            if r.get("compute_probe_idle_s"))) == [(0.01, pytest.approx(0.01)),
-                                                                                   (0.05, pytest.approx(0.05))]
+    probed = next(r for r in load([str(tmp_path)]).records if r.get("compute_probe_idle_s"))
+    assert validation.probe_after_idle(probed) == [(0.01, pytest.approx(0.01)), (0.05, pytest.approx(0.05))]
+    # a record with the own steps alone (be33) takes them against the own lock-step step; none
+    # below 0; none without the probe's idle steps
+    own_only = {k: v for k, v in probed.items() if k != "compute_probe_after_idle_s"}
+    assert validation.probe_after_idle(own_only) == [(0.01, pytest.approx(0.03)), (0.05, pytest.approx(0.07))]
+    assert validation.probe_after_idle({**probed, "compute_probe_after_idle_s": [[0.1, 0.3]]}) == [
+        (0.01, 0.0), (0.05, pytest.approx(0.09))]
+    assert validation.probe_after_idle({k: v for k, v in probed.items() if k != "compute_probe_idle_s"}) == []
     # slower after the workers idled for their communication
     assert lockstep[4][0] < predicted(4, 8 / 0.16, [], method="wfbp-a2a", late=0.05)
     # begun late, its gradients appear later than in a step as long as the whole one
