@@ -41,9 +41,10 @@ last end took 2.1-3.5 ms more than the slowest worker's own step, 1.2-1.35 times
 0.1-0.5 ms).
 Last, half as many steps at each of PROBE_IDLE_S in lock-step after the workers idled that long
 together (`compute_probe_idle_s`; each length's whole step and slowest worker's own step as
-above, means per repeat, `compute_probe_after_idle_s` and `compute_probe_after_idle_own_s`), as a BSP iteration's compute starts after every worker waited
-for its communication: a core left idle comes back slower (here, tiny-resnet at one thread, two
-workers: 0-0.5 ms more after 2-8 ms of idle, 0.9-2.2 ms after 16-32 ms, of a 12-13 ms step).
+above, means per repeat, `compute_probe_after_idle_s` and `compute_probe_after_idle_own_s`), as
+a BSP iteration's compute starts after every worker waited for its communication: a core left
+idle comes back slower (here, tiny-resnet at one thread, two workers: 0-0.5 ms more after 2-8 ms
+of idle, 0.9-2.2 ms after 16-32 ms, of a 12-13 ms step).
 The predictor's validation calibrates its compute from both; they are no multi-worker result
 (nothing communicates but the barrier, outside every timed step) and never enter the throughput.
 """
