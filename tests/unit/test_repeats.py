@@ -79,3 +79,17 @@ def test_in_process_repeats_keep_the_one_result_as_it_is(tmp_path):
     (got,) = records(tmp_path)
     assert got["status"] == "ok" and got["repeat_mode"] == "process" and got["samples_per_sec"] == 120.0
     assert got["launch_dirs"] is None and got["launches"] is None
+
+
+def test_the_launches_compute_probes_are_joined_repeat_by_repeat():
+    """Each launch's probe fields (driver: one entry per repeat) join in launch order, the
+    steps after idle too; the idle lengths, the same in every launch, are kept once."""
+    cfg = compose("profile.repeats=2", "profile.repeat_mode=launch")
+    probed = [{**result(100.0, 0.1), "compute_probe_s": [0.01 * k], "compute_probe_lockstep_s": [0.02 * k],
+               "compute_probe_idle_s": [0.004, 0.016], "compute_probe_after_idle_s": [[0.03 * k, 0.04 * k]],
+               "compute_probe_after_idle_own_s": [[0.02 * k, 0.03 * k]]} for k in (1, 2)]
+    merged = launch.merge_launches(cfg, probed, ["l0", "l1"])
+    assert merged["compute_probe_s"] == [0.01, 0.02] and merged["compute_probe_lockstep_s"] == [0.02, 0.04]
+    assert merged["compute_probe_after_idle_s"] == [[0.03, 0.04], [0.06, 0.08]]
+    assert merged["compute_probe_after_idle_own_s"] == [[0.02, 0.03], [0.04, 0.06]]
+    assert merged["compute_probe_idle_s"] == [0.004, 0.016]
