@@ -80,8 +80,8 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
     probe_iter_s: list[float] = []
     probe_lockstep_s: list[float] = []
     probe_own_s: list[float] = []
-    probe_idle_s: list[list[float]] = []
-    probe_idle_own_s: list[list[float]] = []
+    probe_after_idle_s: list[list[float]] = []
+    probe_after_idle_own_s: list[list[float]] = []
     iteration = 0
 
     def one() -> None:
@@ -93,8 +93,8 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
     for repeat in range(p.repeats):
         if probe is not None:
             steps, lockstep, own, (after_idle, after_idle_own) = probe.run(ctx, batches, tracer, iteration, repeat)
-            probe_idle_s.append(after_idle)
-            probe_idle_own_s.append(after_idle_own)
+            probe_after_idle_s.append(after_idle)
+            probe_after_idle_own_s.append(after_idle_own)
             probe_iter_s += steps
             probe_s.append(sum(steps) / len(steps))
             probe_lockstep_s.append(sum(lockstep) / len(lockstep))
@@ -142,7 +142,7 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
         **({"compute_probe_s": [t / ctx.world for t in _over_ranks(probe_s, ctx, dist.ReduceOp.SUM)],
             "compute_probe_iter_s": probe_iter_s, "compute_probe_lockstep_s": probe_lockstep_s,
             "compute_probe_lockstep_own_s": probe_own_s, "compute_probe_idle_s": list(PROBE_IDLE_S),
-            "compute_probe_after_idle_s": probe_idle_s, "compute_probe_after_idle_own_s": probe_idle_own_s}
+            "compute_probe_after_idle_s": probe_after_idle_s, "compute_probe_after_idle_own_s": probe_after_idle_own_s}
            if probe is not None else {}),
         **numerics(ctx.device),
     }
@@ -174,20 +174,9 @@ class _Probe:
         for i in range(self.iters + 1):  # the first untimed
             self._step(ctx, batches[i % len(batches)])
             stamps.append(time.perf_counter())
-        spans = []
-        for i in range(self.iters):
-            _slowest_rank([0.0], ctx)  # a barrier: the step starts when every worker's last one is done
-            t0 = time.perf_counter()
-            self._step(ctx, batches[i % len(batches)])
-            spans.append((t0, time.perf_counter()))
-        idle_spans, n = [], max(1, self.iters // 2)  # half as many: each waits its idle too
-        for idle_s in PROBE_IDLE_S:
-            for i in range(n):
-                _slowest_rank([0.0], ctx)
-                time.sleep(idle_s)  # every worker idles, as while its communication runs
-                t0 = time.perf_counter()
-                self._step(ctx, batches[i % len(batches)])
-                idle_spans.append((t0, time.perf_counter()))
+        spans = self._lockstep(ctx, batches, self.iters)
+        n = max(1, self.iters // 2)  # half as many after each idle: each waits its idle too
+        idle_spans = [span for idle_s in PROBE_IDLE_S for span in self._lockstep(ctx, batches, n, idle_s)]
         mine = (hostcpu.clock_key(), spans, idle_spans)
         everyone = [mine]
         if ctx.world > 1:  # one collective, after the steps
@@ -199,6 +188,20 @@ class _Probe:
                         {"iter": iteration, "iters": self.iters, "repeat": repeat})
         return ([b - a for a, b in zip(stamps, stamps[1:])], lockstep, own,
                 tuple([sum(steps[k * n:(k + 1) * n]) / n for k in range(len(PROBE_IDLE_S))] for steps in after_idle))
+
+    def _lockstep(self, ctx, batches: list, n: int, idle_s: float = 0.0) -> list[tuple[float, float]]:
+        """n steps, each begun when every worker's last one is done (a barrier) and, with
+        `idle_s`, after every worker then idled that long, as while its communication runs:
+        this worker's (start, end) of each, on its own clock."""
+        spans = []
+        for i in range(n):
+            _slowest_rank([0.0], ctx)
+            if idle_s:
+                time.sleep(idle_s)
+            t0 = time.perf_counter()
+            self._step(ctx, batches[i % len(batches)])
+            spans.append((t0, time.perf_counter()))
+        return spans
 
     def _step(self, ctx, batch) -> None:
         loss = self.workload.loss(self.model, batch)
