@@ -222,14 +222,9 @@ BENCH_REPEATS ?= 5
 bench_many = $(PY) -m ddlbench --multirun method=$(ALL_METHODS) workers=2,4 model=$(BENCH_MODEL) $(1) \
 	profile.compute_probe_iters=$(BENCH_PROBE_ITERS) profile.measured_iters=$(BENCH_MEASURED_ITERS) \
 	profile.repeats=$(BENCH_REPEATS) skip_recorded=true $(OVERRIDES)
-# The one-worker runs probe their compute too: each repeat of ByteScheduler's is calibrated against
-# the compute its own probe timed seconds before (the machinery is a small difference of two
-# throughputs; against the other runs' compute, minutes apart, it read 0.81 ms a unit in one bench
-# and 0.36 in the next).
 bench_one = $(PY) -m ddlbench --multirun method=bsp-a2a,bytescheduler-ps,bytescheduler-a2a workers=1 \
-	model=$(BENCH_MODEL) profile.compute_probe_iters=$(BENCH_PROBE_ITERS) \
-	profile.measured_iters=$(BENCH_MEASURED_ITERS) profile.repeats=$(BENCH_ONE_REPEATS) $(1) skip_recorded=true \
-	$(OVERRIDES)
+	model=$(BENCH_MODEL) profile.measured_iters=$(BENCH_MEASURED_ITERS) profile.repeats=$(BENCH_ONE_REPEATS) \
+	$(1) skip_recorded=true $(OVERRIDES)
 bench-emulated: install
 	@for link in $(BENCH_LINKS); do \
 		$(call bench_many,launcher=emulated launcher.nodes=4 launcher.link=$$link results_dir=$(RESULTS)/emulated) || exit $$?; \
@@ -242,13 +237,11 @@ bench-emulated: install
 # and talk over loopback), records in $(RESULTS)/local. Both benches end by measuring the profiles
 # that calibrate their runs (into <records>/profiles: what a worker gets beside others drifts over
 # minutes on a shared machine, so they are measured beside the runs); the predictor's check:
-# `python benchmarks/predict_validation.py --results $(RESULTS)/local --local-network local-<hostname>`,
-# the network make commbench wrote on this machine (`loopback`, the config that ships, reads the
-# per-tensor methods 40-60% off: its all-reduce is not this machine's; WORKERS=4 also times the
-# 4-worker all-reduce, COLLECTIVES=all_reduce,reduce,broadcast the reduce and broadcast inside a
-# per-machine PS node, CB_MODE=sizes,fusion,ps FUSION_MODELS=tiny-resnet,resnet50 the speed of
-# Gloo's two concurrent all-reduces, from their per-tensor all-reduces launched one every
-# FUSION_PACE_MS, 0.4 by default).
+# `python benchmarks/predict_validation.py --results $(RESULTS)/local --local-network loopback`
+# (or the local-<hostname> that make commbench wrote; WORKERS=4 also times the 4-worker all-reduce,
+# COLLECTIVES=all_reduce,reduce,broadcast the reduce and broadcast inside a per-machine PS node,
+# CB_MODE=sizes,fusion,ps FUSION_MODELS=tiny-resnet,resnet50 the speed of Gloo's two concurrent
+# all-reduces, from their per-tensor all-reduces launched one every FUSION_PACE_MS, 0.4 by default).
 bench-local: install
 	$(call bench_many,results_dir=$(RESULTS)/local)
 	$(call bench_one,results_dir=$(RESULTS)/local)

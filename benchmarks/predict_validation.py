@@ -169,28 +169,6 @@ def one_worker_samples_per_sec(recs: list[dict]) -> float:
     return statistics.median(x for r in recs for x in (r.get("samples_per_sec_per_repeat") or [r["samples_per_sec"]]))
 
 
-def one_worker_unit_s(method: str, mine: list[dict], x1: float, cluster, opts) -> float:
-    """ByteScheduler's machinery per unit (`simulate.calibrate_unit_s`) from its one-worker runs
-    `mine`, as it would be beside one-worker compute at `x1` samples/s (the setup's, at their
-    threads: `at_threads_of`; `local` rescales it to each run's compute). Where they probed
-    their compute (`profile.compute_probe_iters`), each repeat is calibrated against its own
-    probe, timed in the same process seconds before it, and scaled to `x1` (the machinery is
-    CPU, and slows with the compute), then the median: the machinery is the small difference of
-    two throughputs, and set against the other runs' compute, minutes apart, it read 0.81 ms a
-    unit in one bench and 0.36 in the next (ByteScheduler-PS at 1 Gbit/s; its repeats spread
-    over 124-195 samples/s). Else the median of their repeats against `x1`."""
-    model, batch = mine[0]["model"], mine[0]["local_batch"]
-    paired = [(batch / sps, probe) for r in mine if r.get("compute_probe_s")
-              for sps, probe in zip(r.get("samples_per_sec_per_repeat") or [r["samples_per_sec"]],
-                                    r["compute_probe_s"])]
-    if not paired:
-        return simulate.calibrate_unit_s(method, cli.load_profile(model, batch, x1), cluster,
-                                         batch / one_worker_samples_per_sec(mine), opts)
-    return statistics.median(
-        simulate.calibrate_unit_s(method, cli.load_profile(model, batch, batch / probe), cluster, period, opts)
-        * (batch / x1) / probe for period, probe in paired)
-
-
 def mgwfbp_resolved(rec: dict) -> tuple[float, float] | None:
     """MG-WFBP's alpha, beta as the run resolved them (its start-up fit, in its record), which
     the prediction of that run takes (`local` reports beside whether the predictor alone would
@@ -411,8 +389,10 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
         mine = own.get((*key, r["method"], one_worker_link(r["method"], net)))  # its one-worker runs
         ukey = (r["model"], r["local_batch"], r["method"], net)
         if mine and simulate.runs_bytescheduler_queue(cfg) and ukey not in units:
-            units[ukey] = one_worker_unit_s(r["method"], mine, at_threads_of(results, base[0], x1, mine[0]), placed,
-                                            stack_opts)
+            # its one-worker run's compute, at that run's threads
+            prof1 = cli.load_profile(r["model"], r["local_batch"], at_threads_of(results, base[0], x1, mine[0]))
+            units[ukey] = simulate.calibrate_unit_s(r["method"], prof1, placed,
+                                                    r["local_batch"] / one_worker_samples_per_sec(mine), stack_opts)
         unit_s = units.get(ukey, 0.0)
         ratio = by_itself.compute_s / beside.compute_s
         machinery = setup_machinery(results, r)

@@ -397,56 +397,6 @@ def test_validation_calibrates_bytescheduler_ps_against_the_compute_at_its_one_w
     assert unit_s < simulate.calibrate_unit_s("bytescheduler-ps", two_threads, cluster, 8 / 40.0, opts)
 
 
-def test_validation_calibrates_bytescheduler_per_repeat_against_the_compute_its_own_probe_timed(tmp_path,
-                                                                                                monkeypatch):
-    """Where ByteScheduler's one-worker runs probed their compute, each repeat's machinery is
-    calibrated against its own probe and scaled to the setup's one-worker compute, then the
-    median: a machine that ran one repeat at half speed (compute and machinery alike) moves it
-    no more than noise, where against the other runs' compute it would read the slowdown as
-    machinery. Runs without a probe keep the median of their repeats against that compute."""
-    import importlib.util
-
-    from ddlbench import record
-
-    spec = importlib.util.spec_from_file_location("predict_validation", Path(__file__).parents[2] / "benchmarks"
-                                                  / "predict_validation.py")
-    validation = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(validation)
-    fixed = cli.load_profile("tiny-resnet", 8, 100.0)
-    monkeypatch.setattr(profile, "measured", lambda *a, **k: fixed)
-    monkeypatch.setattr(profile, "machinery_s", lambda *a, **k: {"machinery_s": 0.0})
-    key = ("tiny-resnet", 8, "bytescheduler-a2a", "loopback")
-    opts = cli.study_opts("local", "ddlbench", backend="gloo")
-
-    def write(method, workers, reps, **more):
-        return record.write(tmp_path, {**_measured(method, workers, sum(reps) / len(reps)),
-                                       "samples_per_sec_per_repeat": reps, "env": {"OMP_NUM_THREADS": "1"}, **more})
-    write("bsp-a2a", 1, [100.0])
-    write("bytescheduler-a2a", 2, [60.0])
-    # the one-worker runs without a probe: their repeats' median against the setup's compute
-    unprobed = write("bytescheduler-a2a", 1, [40.0, 30.0, 20.0])
-    cluster = validation.record_cluster(next(r for r in validation.ok_records(str(tmp_path)) if r["workers"] == 2),
-                                        "loopback")
-    plain = validation.local(str(tmp_path), "loopback")[3][key]
-    assert plain == pytest.approx(simulate.calibrate_unit_s("bytescheduler-a2a", fixed, cluster, 8 / 30.0, opts))
-
-    # probed: each repeat at its own compute; the third ran on a machine at half speed, whose
-    # compute (and machinery) took twice as long
-    unprobed.unlink()
-    write("bytescheduler-a2a", 1, [40.0, 38.0, 20.0], compute_probe_s=[0.08, 0.08, 0.16])
-    paired = validation.local(str(tmp_path), "loopback")[3][key]
-
-    def own(period, probe):  # one repeat, against its probe, scaled to the setup's compute (8 / 100 s)
-        return simulate.calibrate_unit_s("bytescheduler-a2a", cli.load_profile("tiny-resnet", 8, 8 / probe),
-                                         cluster, period, opts) * 0.08 / probe
-    each = [own(8 / 40.0, 0.08), own(8 / 38.0, 0.08), own(8 / 20.0, 0.16)]
-    assert paired == pytest.approx(sorted(each)[1])
-    # the slow repeat, scaled, reads as the fast ones do (loopback: the link is all but free)
-    assert each[2] == pytest.approx(each[0], rel=0.05)
-    # against the setup's compute the same repeats read the slowdown as machinery
-    assert simulate.calibrate_unit_s("bytescheduler-a2a", fixed, cluster, 8 / 20.0, opts) > 1.5 * each[2]
-
-
 def test_validation_predicts_a_local_run_as_one_machine_and_an_emulated_one_as_configured():
     import importlib.util
 
