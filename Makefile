@@ -237,11 +237,13 @@ bench-emulated: install
 # and talk over loopback), records in $(RESULTS)/local. Both benches end by measuring the profiles
 # that calibrate their runs (into <records>/profiles: what a worker gets beside others drifts over
 # minutes on a shared machine, so they are measured beside the runs); the predictor's check:
-# `python benchmarks/predict_validation.py --results $(RESULTS)/local --local-network loopback`
-# (or the local-<hostname> that make commbench wrote; WORKERS=4 also times the 4-worker all-reduce,
-# COLLECTIVES=all_reduce,reduce,broadcast the reduce and broadcast inside a per-machine PS node,
-# CB_MODE=sizes,fusion,ps FUSION_MODELS=tiny-resnet,resnet50 the speed of Gloo's two concurrent
-# all-reduces, from their per-tensor all-reduces launched one every FUSION_PACE_MS, 0.4 by default).
+# `python benchmarks/predict_validation.py --results $(RESULTS)/local --local-network local-<hostname>`,
+# the network make commbench wrote on this machine (`loopback`, the config that ships, reads the
+# per-tensor methods 40-60% off: its all-reduce is not this machine's; WORKERS=4 also times the
+# 4-worker all-reduce, COLLECTIVES=all_reduce,reduce,broadcast the reduce and broadcast inside a
+# per-machine PS node, CB_MODE=sizes,fusion,ps FUSION_MODELS=tiny-resnet,resnet50 the speed of
+# Gloo's two concurrent all-reduces, from their per-tensor all-reduces launched one every
+# FUSION_PACE_MS, 0.4 by default).
 bench-local: install
 	$(call bench_many,results_dir=$(RESULTS)/local)
 	$(call bench_one,results_dir=$(RESULTS)/local)
