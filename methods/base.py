@@ -61,18 +61,6 @@ def bind_device(device) -> None:
         torch.cuda.set_device(device)
 
 
-def single_threaded_ops() -> None:
-    """Run this thread's CPU tensor ops (a helper's updates, copies, sums) on itself alone. Under
-    OpenMP every thread that runs a parallel op gets a team of its own, OMP_NUM_THREADS strong:
-    a helper's team beside the worker's outnumbers the cores the launcher sized them for, and
-    libgomp then stops its idle threads spinning, so every op of the worker's compute waits for
-    its team to wake. A lone ByteScheduler-A2A worker at 2 threads on 2 cores stepped in 9.1 ms
-    until its scheduler thread had run an update, and in 20 ms after. The worker's own thread
-    keeps its count (OpenMP's is per thread, fixed at its first op; `start_thread` makes the
-    caller's first); threads started later default to one."""
-    torch.set_num_threads(1)
-
-
 def name_os_thread(name: str) -> None:
     """Give the calling thread `name` in the kernel too (Linux's 15 characters), where `top -H`,
     `ps -L` and /proc show it and a per-thread CPU account can find it; Python's own thread name
@@ -86,18 +74,27 @@ def name_os_thread(name: str) -> None:
         pass  # a libc without prctl: the thread keeps its process's name
 
 
-def start_thread(target, name: str, device=None, args: tuple = ()) -> threading.Thread:
+# A worker's helper threads (ByteScheduler's scheduler, completions, PS staging and I/O) run their
+# CPU tensor ops on one thread each (`start_thread`'s default). Under OpenMP every thread that runs
+# a parallel op gets a team of its own, OMP_NUM_THREADS strong: a helper's team beside the
+# worker's outnumbers the cores the launcher sized them for, and libgomp then stops its idle
+# threads spinning, so every op of the worker's compute waits for its team to wake. A lone
+# ByteScheduler-A2A worker at 2 threads on 2 cores stepped in 9.1 ms until its scheduler thread
+# had run an update, and in 20 ms after. The worker's own thread keeps its count (OpenMP's is per
+# thread, fixed at its first op; `start_thread` makes the caller's first).
+def start_thread(target, name: str, device=None, args: tuple = (), ops_threads: int | None = 1) -> threading.Thread:
     """A started daemon helper thread that runs `target(*args)` on `device` (`bind_device`),
-    named `name` in the kernel as well (`name_os_thread`), its own CPU ops on one thread
-    (`single_threaded_ops`). Every helper thread of a method starts here, so none can forget
-    its device."""
+    named `name` in the kernel as well (`name_os_thread`), its own CPU ops on `ops_threads`
+    threads (the comment above; None: as many as the caller's, for a PS server's engines,
+    whose sums are the server's work, as BytePS's reducer sums on several). Every helper thread
+    of a method starts here, so none can forget its device."""
+    caller = torch.get_num_threads()  # also fixes the caller's own count (at its first op) before the helper runs
+
     def run() -> None:
         name_os_thread(name)
         bind_device(device)
-        single_threaded_ops()
+        torch.set_num_threads(ops_threads or caller)
         target(*args)
-
-    torch.get_num_threads()  # the caller's count is fixed by its first op: before the helper changes the default
 
     thread = threading.Thread(target=run, daemon=True, name=name)
     thread.start()

@@ -316,7 +316,8 @@ class Engines:
         self._senders: dict[int, list] = {}
         self._counts = [{"pushes": 0, "bytes_in": 0} for _ in range(threads)]
         self.error: BaseException | None = None
-        self._threads = [start_thread(self._run, f"ps-engine{i}", None, (i,)) for i in range(threads)]  # a server: no device
+        # a server: no device; its engines sum with the server's threads (no compute beside them)
+        self._threads = [start_thread(self._run, f"ps-engine{i}", None, (i,), ops_threads=None) for i in range(threads)]
 
     def push(self, key: int, iteration: int, sender, data: torch.Tensor) -> None:
         self._queues[self.map.thread_of(key, data.numel() * data.element_size())].put((key, iteration, sender, data))

@@ -130,7 +130,8 @@ def serve(rank: int, layout, tracer) -> dict:
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [start_thread(guarded, f"push-from-worker{w}", None, (w,)) for w in pushers]  # a server: no device
+    # a server: no device, and the server's threads for what its receivers do
+    threads = [start_thread(guarded, f"push-from-worker{w}", None, (w,), ops_threads=None) for w in pushers]
     while not errors and engines.error is None:  # until every pusher said STOP, or a failure
         alive = [t for t in threads if t.is_alive()]
         if not alive:
