@@ -115,26 +115,33 @@ class HostCpu:
     push every pace_s as backward spaces its gradients, where there are some). Likewise each
     all-reduce of n bytes costs the machine `allreduce[W]`'s s_per_message + s_per_byte * n per
     worker at W ranks (Gloo's threads, the kernel's networking), measured by commbench's fusion
-    bursts, and each message through a per-machine PS node of g workers on these cores (its
-    reduce, the leader's push and pull, the server's sum, the broadcast) costs the machine
-    `node_ps[g]`'s, measured by commbench's node bursts; {} where none were."""
+    bursts; where commbench also timed its ordered rounds (each all-reduce launched as
+    ByteScheduler's leader chooses it, its choice a message of its own), an all-reduce so
+    launched costs `ordered_s_per_message` in place of s_per_message. Each message through a
+    per-machine PS node of g workers on these cores (its reduce, the leader's push and pull, the
+    server's sum, the broadcast) costs the machine `node_ps[g]`'s, measured by commbench's node
+    bursts; {} where none were."""
 
     cores: int
     s_per_message: float
     s_per_byte: float = 0.0
-    allreduce: dict = field(default_factory=dict)  # ranks -> {"s_per_message", "s_per_byte"}
+    allreduce: dict = field(default_factory=dict)  # ranks -> {"s_per_message", "s_per_byte"[, "ordered_s_per_message"]}
     node_ps: dict = field(default_factory=dict)    # node workers -> {"s_per_message", "s_per_byte"}
 
     def message_s(self, nbytes: float) -> float:
         return self.s_per_message + self.s_per_byte * nbytes
 
-    def allreduce_s(self, nbytes: float, ranks: int) -> float | None:
+    def allreduce_s(self, nbytes: float, ranks: int, ordered: bool = False) -> float | None:
         """The machine's busy CPU per worker for one all-reduce of n bytes at `ranks` ranks, at
         the nearest worker count commbench's fusion bursts measured (the lower of two as near);
-        None where none were."""
+        None where none were. `ordered`: launched in a leader's order (ByteScheduler's), at the
+        ordered rounds' cost per message where that count has one."""
         if not self.allreduce:
             return None
-        return _cost(self.allreduce[min(self.allreduce, key=lambda w: (abs(w - ranks), w))], nbytes)
+        fit = self.allreduce[min(self.allreduce, key=lambda w: (abs(w - ranks), w))]
+        if ordered and "ordered_s_per_message" in fit:
+            fit = {**fit, "s_per_message": fit["ordered_s_per_message"]}
+        return _cost(fit, nbytes)
 
     def node_message_s(self, nbytes: float, g: int) -> float | None:
         """The machine's busy CPU for one message of n bytes through a per-machine PS node of g
@@ -674,7 +681,9 @@ def _host_cpu(cpu, name: str) -> HostCpu | None:
     """`host_cpu:` as written by make commbench (its `allreduce:` by ranks optional)."""
     if not cpu:
         return None
-    per, node = ({int(w): {"s_per_message": float(f["s_per_message"]), "s_per_byte": float(f.get("s_per_byte", 0.0))}
+    per, node = ({int(w): {"s_per_message": float(f["s_per_message"]), "s_per_byte": float(f.get("s_per_byte", 0.0)),
+                           **({"ordered_s_per_message": float(f["ordered_s_per_message"])}
+                              if key == "allreduce" and "ordered_s_per_message" in f else {})}
                   for w, f in (cpu.get(key) or {}).items()} for key in ("allreduce", "node_ps"))
     host_cpu = HostCpu(int(cpu["cores"]), float(cpu["s_per_message"]), float(cpu.get("s_per_byte", 0.0)), per, node)
     costs = [host_cpu.s_per_message, host_cpu.s_per_byte] + [v for f in (*per.values(), *node.values())
@@ -943,13 +952,19 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
     allreduce_cpu = _allreduce_cpu_fits(rows, backend) if shared_cores else {}
     if allreduce_cpu:
         out.setdefault("host_cpu", {"cores": hostcpu_cores(rows), "s_per_message": 0.0, "s_per_byte": 0.0})
-        out["host_cpu"]["allreduce"] = {w: {"s_per_message": a, "s_per_byte": b} for w, (a, b, _) in allreduce_cpu.items()}
+        ordered = _ordered_cpu_fits(rows, backend, allreduce_cpu)
+        out["host_cpu"]["allreduce"] = {w: {"s_per_message": a, "s_per_byte": b,
+                                            **({"ordered_s_per_message": ordered[w]} if w in ordered else {})}
+                                        for w, (a, b, _) in allreduce_cpu.items()}
         out["sources"]["host_cpu_allreduce"] = (
             f"{source}: commbench's fusion bursts ({backend} on cpu: each model's gradients all-reduced per tensor, "
             f"fused, and in 25 MiB buckets), the machine's busy CPU per worker and round, fitted as s_per_message x "
             f"(messages + 1: the round's barrier) + s_per_byte x bytes by least relative squares over "
-            + "; ".join(f"{w} workers ({n} kinds of round: {a * 1e3:.3f} ms + {b * 1e9:.3f} ns/B)"
+            + "; ".join(f"{w} workers ({n} kinds of round: {a * 1e3:.3f} ms + {b * 1e9:.3f} ns/B"
+                        + (f"; launched in the leader's order, {ordered[w] * 1e3:.3f} ms" if w in ordered else "") + ")"
                         for w, (a, b, n) in allreduce_cpu.items())
+            + ("; ordered_s_per_message from the ordered rounds (each all-reduce launched as ByteScheduler's "
+               "leader chooses it), less the fit's bytes term, over messages + 1" if ordered else "")
             + ("; no ps bursts, so a PS message's CPU is not known (0)" if cpu is None else ""))
     return out
 
@@ -1099,7 +1114,7 @@ def _allreduce_cpu_fits(rows: list[dict], backend: str) -> dict:
     repeated records of each model and strategy), for every worker count with two rounds of
     different shapes or more. A round too short for /proc/stat's ticks reads 0 and is left out;
     so is a paced round (`per_tensor_paced`), whose window is mostly the worker's sleep, and an
-    ordered one (`per_tensor_ordered`), whose messages are the leader's too."""
+    ordered one (`per_tensor_ordered`), whose messages are the leader's too (`_ordered_cpu_fits`)."""
     bursts = [r for r in rows if r.get("mode") == "fusion" and r.get("device") == "cpu" and not r.get("pace_s")
               and not r.get("order") and r.get("backend") == backend and r.get("cpu_busy_s")
               and not r.get("wrong") and "error" not in r]
@@ -1112,6 +1127,25 @@ def _allreduce_cpu_fits(rows: list[dict], backend: str) -> dict:
         points = [(m, n, statistics.median(c)) for (m, n), c in sorted(by_shape.items())]
         if len({m / n for m, n, _ in points}) >= 2:
             out[w] = (*_nonnegative_two_term_fit(points), len(points))
+    return out
+
+
+def _ordered_cpu_fits(rows: list[dict], backend: str, fits: dict) -> dict:
+    """{workers: ordered_s_per_message} from commbench's ordered fusion rounds on the CPU
+    (`per_tensor_ordered`: each all-reduce launched as ByteScheduler's leader chooses it, the
+    choice a Gloo message of its own): the round's busy CPU per worker less the back-to-back
+    fit's bytes term (`fits`, `_allreduce_cpu_fits`), over messages + 1 (the barrier), the median
+    over repeated records and models. The leader's choices and the followers' waits for them
+    cost the cores beyond a burst's wake-ups (2 workers here: 9.5-18 ms a tiny-resnet round of 29
+    against 7-11 back to back). Only worker counts that have both."""
+    ordered = [r for r in rows if r.get("mode") == "fusion" and r.get("device") == "cpu" and r.get("order")
+               and r.get("backend") == backend and r.get("cpu_busy_s") and not r.get("wrong") and "error" not in r]
+    out = {}
+    for w, (_, b, _) in fits.items():
+        per = [max(0.0, (float(r["cpu_busy_s"]) - b * int(r["bytes"])) / (int(r["messages"]) + 1))
+               for r in ordered if int(r["workers"]) == w]
+        if per:
+            out[w] = statistics.median(per)
     return out
 
 

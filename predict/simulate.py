@@ -90,7 +90,10 @@ but for PS on the emulated cluster's links, below):
   threads, the kernel's networking), and backward takes W x that / cores longer: for WFBP,
   MG-WFBP and DDP, each all-reduce's CPU spread over the time it runs and counted for the share
   that runs before backward ends (`allreduce_cpu_in_backward_s`); for ByteScheduler, every
-  partition's but those that leave with backward's last gradient. Where the workers hold every
+  partition's but those that leave with backward's last gradient, and this runtime's
+  ByteScheduler-A2A's at the cost of commbench's ordered rounds where they were timed (its
+  leader's choice, a message of its own, before each: at 2 workers here 0.30-0.57 ms an
+  all-reduce against 0.21-0.34 back to back). Where the workers hold every
   core and the all-reduces run on measured lanes (`starves`: 2 or 4 workers on 2 cores here,
   Gloo's receiving loop threads under SCHED_IDLE; for ByteScheduler 4, more workers than
   cores), none of that: an all-reduce launched during backward progresses only at its wire's
@@ -1344,7 +1347,8 @@ def host_cpu_s(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg: d
     `ps.plan`) over the cores; where commbench's node bursts measured a per-machine node of the
     run's g workers on these cores, every machine's messages at that node's CPU per message (its
     reduce and broadcast over the g workers included). All-reduce: every worker's all-reduces
-    (`HostCpu.allreduce_s`, at the run's worker count) over the cores, but those that leave with
+    (`HostCpu.allreduce_s`, at the run's worker count; this runtime's ByteScheduler-A2A's at the
+    cost of an all-reduce launched in its leader's order) over the cores, but those that leave with
     backward's last gradient, when no compute is left to wait (the PS messages' rule still
     counts them): ByteScheduler's charge, and the bound that `allreduce_cpu_in_backward_s`
     refines for the other all-reduce methods. Only for messages
@@ -1364,7 +1368,10 @@ def host_cpu_s(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg: d
         ready = [profile.ready_s[i] for i in bytescheduler_units(profile, cfg)[1]] if p.bytescheduler else \
             [max(profile.ready_s[i] for i in m) for m in p.messages]
         last = max(ready)
-        return workers * sum(hc.allreduce_s(n * esize, workers) for n, t in zip(numels, ready) if t < last) / hc.cores
+        # this runtime's ByteScheduler-A2A launches each in its leader's order, a choice a message
+        ordered = p.bytescheduler and opts.stack == "ddlbench"
+        return workers * sum(hc.allreduce_s(n * esize, workers, ordered)
+                             for n, t in zip(numels, ready) if t < last) / hc.cores
     machines, g = cluster.nodes(workers)
     parts = plan(numels, esize, int(cfg["partition_bytes"]), opts.servers or machines)
     if g > 1 and not per_gpu(cfg, opts) and g in hc.node_ps:  # the node's whole path per message, measured

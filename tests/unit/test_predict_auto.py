@@ -436,7 +436,21 @@ def test_commbench_fusion_bursts_fit_the_cpu_an_all_reduce_costs_the_shared_mach
     network.write_config(spec, tmp_path)
     c = network.load("loopback", tmp_path)
     assert c.host_cpu.allreduce_s(1e6, 4) == pytest.approx(9e-4 + 2e-3)
+    assert c.host_cpu.allreduce_s(1e6, 4, ordered=True) == pytest.approx(9e-4 + 2e-3)  # no ordered round
     assert network.load("emulated-300mbit", tmp_path).host_cpu == c.host_cpu  # the same machine's cores
+    # ordered rounds (each all-reduce launched as ByteScheduler's leader chooses it) at 2 workers:
+    # their CPU less the bytes term over messages + 1, the median of two records; no other count
+    ordered = [{**r, "strategy": "per_tensor_ordered", "order": "leader", "cpu_busy_s": c}
+               for r, c in ((rows[0], 7e-4 * 30 + 1e-9 * 312_168), (rows[0], 9e-4 * 30 + 1e-9 * 312_168))]
+    with_order = network.commbench_network(commbench_rows() + rows + ordered, "loopback", "test data")
+    assert with_order["host_cpu"]["allreduce"][2] == pytest.approx(
+        {"s_per_message": 4e-4, "s_per_byte": 1e-9, "ordered_s_per_message": 8e-4})
+    assert "ordered_s_per_message" not in with_order["host_cpu"]["allreduce"][4]
+    assert "leader's order, 0.800 ms" in with_order["sources"]["host_cpu_allreduce"]
+    network.write_config(with_order, tmp_path)
+    hc = network.load("loopback", tmp_path).host_cpu
+    assert hc.allreduce_s(1e6, 2, ordered=True) == pytest.approx(8e-4 + 1e-3)
+    assert hc.allreduce_s(1e6, 2) == pytest.approx(4e-4 + 1e-3)
     assert "host_cpu" not in network.commbench_network(commbench_rows() + rows, "slurm-p", "t", shared_cores=False)
     # a fit a constraint binds: the per-byte term alone where the per-message one would go negative
     a, b = network._nonnegative_two_term_fit([(1, 1000, 9.9), (50, 1000, 5.0)])  # exact: a = -0.1, b = 0.01

@@ -558,6 +558,25 @@ def test_all_reduces_during_backward_take_the_shared_cores_from_it():
     assert simulate.explain("wfbp-a2a", toy(), shared, 2)["shares_s"]["cpu"] == pytest.approx(1.0)
 
 
+def test_bytescheduler_a2a_all_reduces_take_the_cores_at_the_cost_of_ones_its_leader_orders():
+    """This runtime's ByteScheduler-A2A launches each all-reduce as its leader chooses it, a
+    choice a message of its own: where commbench's ordered rounds priced that
+    (`ordered_s_per_message`), its all-reduces take the shared cores at that cost; WFBP's and the
+    study's ByteScheduler (no leader) keep the back-to-back cost. The toy's 3 parameters, one
+    unit each, the last ready with backward's end: 2 all-reduces on each of 2 workers, 2 cores."""
+    fit = {"s_per_message": 0.5, "s_per_byte": 0.0, "ordered_s_per_message": 0.75}
+    cluster = Cluster("toy", intra=None, inter=Link(0.25, 1.25e-5), gpus_per_node=1,
+                      host_cpu=HostCpu(cores=2, s_per_message=0.0, allreduce={2: fit}))
+    prof = toy()
+    for method, stack, per_message in (("bytescheduler-a2a", "ddlbench", 0.75), ("bytescheduler-a2a", "study", 0.5),
+                                       ("wfbp-a2a", "ddlbench", 0.5)):
+        opts = simulate.Options(stack=stack)
+        cfg = simulate.method_config(method)
+        plan = simulate.plan_for(method, prof, cluster, 2, opts)
+        assert simulate.host_cpu_s(plan, prof, cluster, 2, cfg, opts) == pytest.approx(2 * 2 * per_message / 2), \
+            (method, stack)
+
+
 def test_only_the_share_of_an_all_reduce_that_runs_during_backward_takes_its_cores():
     """Each all-reduce 2 s on the stream and 1 s of CPU per worker (2 workers, 2 cores): a
     message's CPU is spread over the time it runs, and only what runs before backward ends
