@@ -1009,9 +1009,13 @@ def _lane_speeds(rows: list[dict], backend: str, two: tuple[float, float], by_ra
     backward) where that worker count has any, else the bursts (all launched at once): Gloo's
     all-reduces overlap more when they trickle out than when launched together (emulated 1
     Gbit/s, tiny-resnet, 2 workers: 24-37 ms paced at 0.4 ms against 36-51 ms at once, three
-    runs), which one speed cannot give both ways, and the runs launch as the paced round does."""
+    runs), which one speed cannot give both ways, and the runs launch as the paced round does.
+    But a paced round whose launches alone take as long as it did, every all-reduce done before
+    the next one starts even at the slowest speed, bounds the speed from no side: the fit would
+    return its floor (2 local workers here: 11.73 ms for 29 launches 0.4 ms apart, 11.47 ms at
+    any speed, read 0.25 where the burst gives 0.63). That model takes the burst instead."""
     from ddlbench.commbench.modes import gradient_numels
-    from ddlbench.predict.simulate import lane_speed  # simulate imports this module
+    from ddlbench.predict.simulate import burst_s, lane_speed, slowest_lane_speed  # simulate imports this
 
     fits = {2: two, **{w: (fa, fb) for w, (_, _, fa, fb) in by_ranks.items()}}
     rounds = [r for r in rows if r.get("mode") == "fusion" and r.get("strategy") in ("per_tensor", "per_tensor_paced")
@@ -1022,16 +1026,23 @@ def _lane_speeds(rows: list[dict], backend: str, two: tuple[float, float], by_ra
         a, b = fits[w]
         mine = [r for r in rounds if r["workers"] == w]
         paced = [r for r in mine if r["strategy"] == "per_tensor_paced" and r.get("pace_s")]
-        use = paced or mine
+        bursts = [r for r in mine if r["strategy"] == "per_tensor"]
         per_model = {}
-        for model in sorted({r["model"] for r in use}):
-            of_model = [r for r in use if r["model"] == model]
-            measured_s = statistics.median(float(r["time_us"]) * 1e-6 for r in of_model)
-            pace_s = float(statistics.median(float(r.get("pace_s") or 0.0) for r in of_model))
+        for model in sorted({r["model"] for r in mine}):
             alone = [Link(a, b).time_s(4 * n) for n in gradient_numels(model)]  # fp32
-            per_model[model] = {"tensors": len(alone), "measured_s": measured_s, "alone_s": sum(alone),
-                                "speed": lane_speed(alone, measured_s, GLOO_THREADS, pace_s=pace_s),
-                                **({"pace_s": pace_s} if pace_s else {})}
+            for use in (paced, bursts):
+                of_model = [r for r in use if r["model"] == model]
+                if not of_model:
+                    continue
+                measured_s = statistics.median(float(r["time_us"]) * 1e-6 for r in of_model)
+                pace_s = float(statistics.median(float(r.get("pace_s") or 0.0) for r in of_model))
+                if pace_s and any(r["model"] == model for r in bursts) and \
+                        burst_s(alone, GLOO_THREADS, slowest_lane_speed(GLOO_THREADS), pace_s=pace_s) <= measured_s:
+                    continue  # the launches alone took that long: no speed told, the burst's instead
+                per_model[model] = {"tensors": len(alone), "measured_s": measured_s, "alone_s": sum(alone),
+                                    "speed": lane_speed(alone, measured_s, GLOO_THREADS, pace_s=pace_s),
+                                    **({"pace_s": pace_s} if pace_s else {})}
+                break
         out[w] = (statistics.median(m["speed"] for m in per_model.values()), per_model)
     return out
 

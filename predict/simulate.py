@@ -588,6 +588,11 @@ class Lanes:
                 on_done()
 
 
+def slowest_lane_speed(lanes: int) -> float:
+    """`lane_speed`'s floor: sharing slows every collective more than it overlaps them."""
+    return 1 / (2 * lanes)
+
+
 def lane_speed(durations_s: list[float], measured_s: float, lanes: int, bucket: "Link | None" = None,
                link_bytes: list[float] | None = None, pace_s: float = 0.0) -> float:
     """The speed of each of `lanes` concurrent collectives (`Lanes`, with every lane busy) at which
@@ -597,7 +602,7 @@ def lane_speed(durations_s: list[float], measured_s: float, lanes: int, bucket: 
     speed grows. Between 1 / (2 lanes) (sharing slows every collective more than it overlaps) and
     1 (a lane each costs nothing). `bucket`: the token bucket of the links (an emulated network),
     which each collective's `link_bytes` meet at its start, as in the run."""
-    lo, hi = 1 / (2 * lanes), 1.0
+    lo, hi = slowest_lane_speed(lanes), 1.0
 
     def took(speed: float) -> float:
         return burst_s(durations_s, lanes, speed, bucket, link_bytes, pace_s)

@@ -610,7 +610,7 @@ def test_commbench_fusion_burst_gives_the_lane_speed_that_local_gloo_runs_use(tm
         network.load("bad", tmp_path)
 
 
-def test_a_paced_round_by_hand_and_its_lane_speed_preferred_to_the_burst():
+def test_a_paced_round_by_hand_and_its_lane_speed_preferred_to_the_burst_where_it_tells_one():
     """Two lanes at half speed, three 1 s collectives launched 0.5 s apart: the first runs alone
     to 0.5, then beside the second (its last 0.5 s takes 1 s: ends 1.5); the third, launched at
     1, waits for a lane, then runs beside the second (its last 0.5 s: ends 2.5) and alone (its
@@ -635,6 +635,17 @@ def test_a_paced_round_by_hand_and_its_lane_speed_preferred_to_the_burst():
     assert spec["inter"]["allreduce"]["lane_speed_by_ranks"] == {2: pytest.approx(0.8)}
     assert spec["data_lanes"][2]["tiny-resnet"]["pace_s"] == 4e-5
     assert "one every 0.04 ms where paced" in spec["sources"]["lanes"]
+    # launched 4 ms apart, each all-reduce ends before the next starts at any speed: the round
+    # took what its launches take and tells no speed (the fit would return its floor, 0.25), so
+    # the burst's is kept; with no burst, the paced round's bound is all there is
+    apart = {**paced, "pace_s": 4e-3, "time_us": simulate.burst_s(alone, 2, 1.0, pace_s=4e-3) * 1e6 + 50}
+    assert simulate.burst_s(alone, 2, simulate.slowest_lane_speed(2), pace_s=4e-3) * 1e6 <= apart["time_us"]
+    assert simulate.lane_speed(alone, apart["time_us"] * 1e-6, 2, pace_s=4e-3) == 0.25
+    spec = network.commbench_network(commbench_rows(a, b) + [burst, apart], "box", "test data")
+    assert spec["inter"]["allreduce"]["lane_speed_by_ranks"] == {2: pytest.approx(0.4)}
+    assert "pace_s" not in spec["data_lanes"][2]["tiny-resnet"]
+    spec = network.commbench_network(commbench_rows(a, b) + [apart], "box", "test data")
+    assert spec["inter"]["allreduce"]["lane_speed_by_ranks"] == {2: 0.25}
 
 
 def test_commbench_ordered_round_gives_the_leaders_time_per_choice(tmp_path):
