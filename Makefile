@@ -257,6 +257,8 @@ bench-local: install
 # written as conf/network/slurm-<PARTITION>.yaml (NETWORK=slurm-<PARTITION> for make predict).
 # It needs as many nodes as the largest measurement has ranks (the default WORKERS=3 with the groups
 # and ps modes: 4; WORKERS=2 CB_MODE=sizes: 2). TIME_MIN=<minutes> (60), SBATCH='account=p qos=q'.
+# CB_POOL=1: fit the network from this session's records and every earlier one in $(RESULTS) measured
+# in the same place (this host, or the same LINK), which steadies a calibration one session's noise moves.
 # A size whose calls are slow gets fewer than ITERS (100) timed calls, about SECONDS_PER_SIZE (2) s
 # of them, at least 3 (SECONDS_PER_SIZE=0: always ITERS); so do the fusion and ps modes' slow rounds.
 CB_WORKERS  := $(if $(filter command line,$(origin WORKERS)),$(WORKERS),3)
@@ -272,7 +274,7 @@ commbench: install
 		--dtypes $(DTYPES) --devices $(DEVICES) --max-bytes $(MAX_BYTES) $(if $(ITERS),--iters $(ITERS)) \
 		$(if $(SECONDS_PER_SIZE),--seconds-per-size $(SECONDS_PER_SIZE)) --mode $(CB_MODE) --results $(RESULTS) \
 		--fusion-models $(FUSION_MODELS) $(if $(FUSION_PACE_MS),--fusion-pace-ms $(FUSION_PACE_MS)) \
-		$(if $(LINK),--link $(LINK)) $(if $(filter slurm,$(CLUSTER)),--slurm $(if $(PARTITION),--partition $(PARTITION)) \
+		$(if $(LINK),--link $(LINK)) $(if $(CB_POOL),--pool) $(if $(filter slurm,$(CLUSTER)),--slurm $(if $(PARTITION),--partition $(PARTITION)) \
 		$(if $(TIME_MIN),--time-min $(TIME_MIN)) $(foreach o,$(SBATCH),--sbatch $(o)))
 
 clean:

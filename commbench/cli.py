@@ -87,6 +87,10 @@ def parse(argv) -> argparse.Namespace:
     ap.add_argument("--results", default="results")
     ap.add_argument("--network-name", default=None,
                     help="write conf/network/NAME.yaml from the 2-worker all-reduce (default local-<hostname>; 'none': do not)")
+    ap.add_argument("--pool", action="store_true",
+                    help="fit the network config from this invocation's records and every earlier one under "
+                         "--results measured in the same place (this host, or the same --link): one session's "
+                         "fit moves the predictions about as much as the machine's drift does")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds one job may take")
     ap.add_argument("--link", default=None,
                     help="run each job across hosts of an emulated cluster (one worker per host, links shaped "
@@ -133,6 +137,9 @@ def parse(argv) -> argparse.Namespace:
         raise BadInput(f"timeout={a.timeout:g} is invalid; accepted: seconds > 0")
     if a.pin_ranks not in ("auto", "yes", "no"):
         raise BadInput(f"pin-ranks={a.pin_ranks!r} is invalid; accepted: auto, yes, no")
+    if a.pool and a.slurm:
+        raise BadInput("--pool with --slurm is not supported; accepted: --pool on this host or with --link "
+                       "(a Slurm job's nodes can differ from one session to the next)")
     a.pin_ranks = not a.slurm if a.pin_ranks == "auto" else a.pin_ranks == "yes"
     if a.gloo_loop_policy == "auto":
         a.gloo_loop_policy = None if a.slurm else "idle"
@@ -503,7 +510,11 @@ def main(argv=None) -> int:
         name, how = a.network_name, "make commbench"
     # workers and servers share this machine's cores (host_cpu) on one host or its emulated hosts,
     # never across a Slurm job's nodes
-    write_network(new, name, out_dir, how, shared_cores=not a.slurm)
+    rows = new
+    if a.pool:
+        rows = pooled_rows(out_dir, new)
+        how += f" (pooled: {len(rows)} records of {len({r.get('started_at') for r in rows})} sessions)"
+    write_network(rows, name, out_dir, how, shared_cores=not a.slurm)
     return 1 if any("error" in r for r in new) else 0
 
 
@@ -589,6 +600,43 @@ def _measure_on_slurm(a, spec: dict, base: dict) -> list[dict]:
     cuda = any(device == "cuda" for _, _, device, _, _ in todo)
     common = {"results": str(Path(a.results).resolve()), "base": base, "partition": a.partition}
     return slurm.submit_and_collect(folder, jobs, a.partition, a.time_min, cuda, a.timeout, common, a.sbatch)
+
+
+def placement(row: dict) -> tuple | None:
+    """Where a commbench record was measured, as `pooled_rows` matches it: ("emulated", link)
+    across the emulated hosts, ("local",) on one host; None for anything else (a Slurm job)."""
+    net = row.get("network")
+    if not net:
+        return ("local",)
+    if net.get("emulated"):
+        return ("emulated", net.get("link"))
+    return None
+
+
+def pooled_rows(records: Path, new: list[dict]) -> list[dict]:
+    """This invocation's rows (`new`, already written under `records`) and every earlier commbench
+    record there measured in the same place (`placement`; on one host, only this host's files:
+    record.write_rows names each after its host). The fits take medians over repeated records
+    (predict.network.commbench_network), so several sessions' rounds steady a calibration that one
+    session's noise moves: two emulated benches here scored 8 and 5 of 8 methods within 10% on
+    their own sessions' networks, 7 and 6 on both sessions pooled."""
+    places = {placement(r) for r in new} - {None}
+    if len(places) != 1:
+        return new
+    [place] = places
+    host = f"-{record.host_tag()}-"
+    rows = []
+    for path in sorted(Path(records).glob("*.jsonl")):
+        if place == ("local",) and host not in path.name:
+            continue
+        for line in path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue  # a torn line: its step did not land whole
+            if "mode" in row and placement(row) == place:
+                rows.append(row)
+    return rows or new
 
 
 def write_network(rows: list[dict], name: str | None, data_path: Path, how: str = "make commbench",

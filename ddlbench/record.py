@@ -70,11 +70,15 @@ def write_rows(results_dir, rows: list[dict]) -> Path:
     return _write_whole(results_dir, "".join(json.dumps(r, default=str) + "\n" for r in rows).encode(), ".jsonl")
 
 
+def host_tag() -> str:
+    """This host's name as record file names carry it."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname()) or "host"
+
+
 def _write_whole(results_dir, data: bytes, suffix: str) -> Path:
     folder = records_dir(results_dir)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S%f")  # names sort as written
-    host = re.sub(r"[^A-Za-z0-9_.-]", "_", socket.gethostname()) or "host"
-    name = f"{stamp}-{host}-{os.getpid()}-{secrets.token_hex(4)}"
+    name = f"{stamp}-{host_tag()}-{os.getpid()}-{secrets.token_hex(4)}"
     final, tmp = folder / f"{name}{suffix}", folder / f".{name}{suffix}.tmp"
     try:
         folder.mkdir(parents=True, exist_ok=True)

@@ -38,6 +38,7 @@ from ddlbench.commbench.cli import BadInput, parse
         (["--seconds-per-size", "-1"], ["seconds-per-size=-1", "seconds >= 0"]),
         (["--gloo-loop-policy", "low"], ["gloo-loop-policy='low'", "accepted: idle, none, auto"]),
         (["--pin-ranks", "maybe"], ["pin-ranks='maybe'", "accepted: auto, yes, no"]),
+        (["--slurm", "--partition", "p", "--pool"], ["--pool with --slurm", "accepted: --pool on this host"]),
     ],
 )
 def test_bad_input_is_a_clear_error(args, words):
@@ -155,6 +156,44 @@ def test_make_commbench_on_slurm_passes_the_partition():
                           "SBATCH=account=p qos=q", "-o", ".venv/.installed"], cwd=REPO, capture_output=True, text=True,
                          timeout=60)
     assert "--time-min 5 --sbatch account=p --sbatch qos=q" in " ".join(out.stdout.split())
+
+
+def test_pooled_rows_are_every_session_measured_in_the_same_place(tmp_path, monkeypatch):
+    """--pool fits the network from every record under --results measured where this session's
+    were: the same emulated link, or this host (files named after another host, another link's
+    records and a Slurm job's are left out); a session with records of several places pools none."""
+    import subprocess
+
+    from helpers import REPO
+
+    from ddlbench import record
+    from ddlbench.commbench.cli import placement, pooled_rows
+
+    def rows(started, net=None, n=2):
+        return [{"started_at": started, "mode": "sizes", "workers": 2, "bytes": 4 << k,
+                 **({"network": net} if net else {})} for k in range(n)]
+    one_gbit = {"emulated": True, "link": "1gbit", "hosts": ["ddlb-node0", "ddlb-node1"]}
+    earlier = rows("t0", one_gbit) + rows("t0", {**one_gbit, "link": "100mbit"})
+    record.write_rows(tmp_path, earlier)
+    record.write_rows(tmp_path, rows("t1"))  # this host, no emulated hosts
+    record.write_rows(tmp_path, rows("t2", {"slurm_job": 7}))
+    monkeypatch.setattr(record, "host_tag", lambda: "elsewhere")
+    record.write_rows(tmp_path, rows("t3"))  # another host's local records
+    monkeypatch.undo()
+    new = rows("t4", one_gbit, 3)
+    record.write_rows(tmp_path, new)
+    folder = record.records_dir(tmp_path)
+    got = pooled_rows(folder, new)
+    assert sorted((r["started_at"], r["bytes"]) for r in got) == [("t0", 4), ("t0", 8), ("t4", 4), ("t4", 8), ("t4", 16)]
+    local = rows("t5")
+    record.write_rows(tmp_path, local)
+    assert sorted(r["started_at"] for r in pooled_rows(folder, local)) == ["t1", "t1", "t5", "t5"]
+    assert pooled_rows(folder, new + local) == new + local  # two places at once: nothing pooled
+    assert placement({"network": {"slurm_job": 7}}) is None and placement({}) == ("local",)
+    out = subprocess.run(["make", "-n", "commbench", "LINK=1gbit", "CB_POOL=1", "-o", ".venv/.installed"],
+                         cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "--link 1gbit --pool" in " ".join(out.stdout.split())
 
 
 def test_slurm_sweep_whose_queue_cannot_be_read_returns_what_is_done_so_far(tmp_path, monkeypatch):
