@@ -624,18 +624,11 @@ def pooled_rows(records: Path, new: list[dict]) -> list[dict]:
     if len(places) != 1:
         return new
     [place] = places
+    from ddlbench.analysis.records import load
+
     host = f"-{record.host_tag()}-"
-    rows = []
-    for path in sorted(Path(records).glob("*.jsonl")):
-        if place == ("local",) and host not in path.name:
-            continue
-        for line in path.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue  # a torn line: its step did not land whole
-            if "mode" in row and placement(row) == place:
-                rows.append(row)
+    files = [f for f in sorted(Path(records).glob("*.jsonl")) if place != ("local",) or host in f.name]
+    rows = [r for r in load(files, check=False).records if "mode" in r and placement(r) == place]
     return rows or new
 
 

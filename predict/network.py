@@ -139,9 +139,8 @@ class HostCpu:
         if not self.allreduce:
             return None
         fit = self.allreduce[min(self.allreduce, key=lambda w: (abs(w - ranks), w))]
-        if ordered and "ordered_s_per_message" in fit:
-            fit = {**fit, "s_per_message": fit["ordered_s_per_message"]}
-        return _cost(fit, nbytes)
+        per_message = fit.get("ordered_s_per_message", fit["s_per_message"]) if ordered else fit["s_per_message"]
+        return per_message + fit["s_per_byte"] * nbytes
 
     def node_message_s(self, nbytes: float, g: int) -> float | None:
         """The machine's busy CPU for one message of n bytes through a per-machine PS node of g

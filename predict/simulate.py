@@ -1345,6 +1345,13 @@ def bytescheduler_units(profile: Profile, cfg: dict) -> tuple[list[int], list[in
     return parts, param_of
 
 
+def leader_orders(p: Plan, opts: Options) -> bool:
+    """This runtime's ByteScheduler-A2A: its leader tells the other ranks each choice, a message of
+    its own, before they launch it (`Cluster.order_s`, and the ordered rounds' CPU in
+    `host_cpu_s`); the study's Horovod has no leader, and PS pushes need no common order."""
+    return p.bytescheduler and not p.ps and opts.stack == "ddlbench"
+
+
 def host_cpu_s(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg: dict, opts: Options) -> float:
     """The CPU of one iteration's messages on a machine whose cores every worker and server
     share (`Cluster.host_cpu`), as the time the workers' compute waits for it. PS: every
@@ -1373,9 +1380,7 @@ def host_cpu_s(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg: d
         ready = [profile.ready_s[i] for i in bytescheduler_units(profile, cfg)[1]] if p.bytescheduler else \
             [max(profile.ready_s[i] for i in m) for m in p.messages]
         last = max(ready)
-        # this runtime's ByteScheduler-A2A launches each in its leader's order, a choice a message
-        ordered = p.bytescheduler and opts.stack == "ddlbench"
-        return workers * sum(hc.allreduce_s(n * esize, workers, ordered)
+        return workers * sum(hc.allreduce_s(n * esize, workers, leader_orders(p, opts))
                              for n, t in zip(numels, ready) if t < last) / hc.cores
     machines, g = cluster.nodes(workers)
     parts = plan(numels, esize, int(cfg["partition_bytes"]), opts.servers or machines)
@@ -1467,7 +1472,7 @@ def _communicate(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg:
         # this runtime's A2A leader tells the others its choices before it launches them, one
         # message at a time (`Cluster.order_s`: commbench's ordered round); the study's Horovod
         # has no leader
-        message_s = cluster.order_s.get(workers, 0.0) if not p.ps and opts.stack == "ddlbench" else 0.0
+        message_s = cluster.order_s.get(workers, 0.0) if leader_orders(p, opts) else 0.0
         telling = [False]
 
         def launch(pid):
