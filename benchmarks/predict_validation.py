@@ -25,7 +25,6 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import statistics
 import sys
@@ -141,21 +140,25 @@ def run_threads(rec: dict) -> int:
     return int(t) if t else threads_for(rec["workers"] + (rec.get("servers") or 0))
 
 
-@functools.lru_cache(maxsize=None)
-def _copy_at(threads: int) -> tuple[float, float, str]:
-    return profile.measure_copy("cpu", threads)
+def run_copy(results: str, rec: dict) -> tuple[float, float, str]:
+    """The copies of a fused message on the CPU at `rec`'s threads, one worker alone
+    (profile.measure_copy), kept in `profiles_dir` with the bench's other calibrations: measured
+    as the bench finishes (`calibrate`), or by the first validation of records without one, and
+    read back by every later one (measured live, a validation moved BSP-A2A's, DDP's and
+    MG-WFBP's medians 1-2 points between identical invocations)."""
+    return profile.measure_copy("cpu", run_threads(rec), cache_dir=profiles_dir(results))
 
 
-def with_run_copy(prof, rec: dict):
+def with_run_copy(prof, rec: dict, results: str):
     """`prof` with the copies of a fused message (pack, unpack) as the run's workers made them:
-    on the CPU, measured now at the run's threads (profile.measure_copy, one worker alone), as
-    many times as long as the run's workers outnumber the cores they share (W x threads /
-    cores: each gets that share of a core, as its compute does); elsewhere (a GPU, or a record
-    that names no device) the profile's own."""
+    on the CPU, those kept for the run's threads (`run_copy`, one worker alone), as many times
+    as long as the run's workers outnumber the cores they share (W x threads / cores: each gets
+    that share of a core, as its compute does); elsewhere (a GPU, or a record that names no
+    device) the profile's own."""
     if rec.get("device") != "cpu":
         return prof
     threads = run_threads(rec)
-    tensor_s, bps, source = _copy_at(threads)
+    tensor_s, bps, source = run_copy(results, rec)
     cores = rec.get("host_cores") or hostcpu.cores()
     share = max(1.0, rec["workers"] * threads / cores)
     return prof.with_copy(tensor_s * share, bps / share,
@@ -315,16 +318,19 @@ def ok_records(results: str) -> list[dict]:
 
 
 def calibrate(results: str) -> int:
-    """Measure now the profiles that calibrate the runs under `results` (`setup_profiles`, into
-    `profiles_dir`; ones already there are kept): how many are there."""
+    """Measure now the profiles, machinery timings and copy timings that calibrate the runs under
+    `results` (`setup_profiles`, `setup_machinery`, `run_copy`, into `profiles_dir`; ones
+    already there are kept): how many are there."""
     recs = ok_records(results)
     for r, base in setups(recs):
         setup_profiles(results, r, base[0])
         setup_machinery(results, r)
+        if r.get("device") == "cpu":
+            run_copy(results, r)
     for r, base in calibrating_runs(recs):
         thread_profiles(results, base[0], r)
     return len(list(profiles_dir(results).glob("*-measured.json")) +
-               list(profiles_dir(results).glob("*-machinery.json")))
+               list(profiles_dir(results).glob("*-machinery.json")) + list(profiles_dir(results).glob("copy-*.json")))
 
 
 def local(results: str, local_network: str | None) -> tuple[dict, dict, list, dict, dict]:
@@ -422,7 +428,7 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
             opts = replace(stack_opts, bytescheduler_unit_s=u, bytescheduler_cpu_s=cpu, mgwfbp_alpha_beta=resolved)
             # the iterations' spread measured with the same compute: what W workers wait for
             prof = with_run_copy(replace(cli.load_profile(r["model"], r["local_batch"], one), iteration_s=list(spread)),
-                                 r).started_late(late)
+                                 r, results).started_late(late)
             if name == "probe":  # its compute after the workers idled, as the probe timed it
                 prof = prof.with_after_idle(probe_after_idle(r))
             p, prof, cluster = cli.predict(r["model"], [r["workers"]], placed, (r["method"],), r["local_batch"], one,
@@ -556,7 +562,7 @@ def main(argv=None) -> int:
     if a.calibrate_only:
         for results in a.results:
             n = calibrate(results)
-            print(f"predict_validation: {n} measured profile(s) under {profiles_dir(results)} calibrate the runs "
+            print(f"predict_validation: {n} calibration(s) under {profiles_dir(results)} calibrate the runs "
                   f"under {results}")
         return 0
     if not a.runs_only:

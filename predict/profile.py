@@ -378,13 +378,16 @@ COPY_LAYOUTS = ((64, 16), (4, 1 << 21))
 COPY_REPEATS = 15
 
 
-def measure_copy(device: str = "cpu", threads: int | None = None, repeats: int = COPY_REPEATS) -> tuple[float, float, str]:
+def measure_copy(device: str = "cpu", threads: int | None = None, repeats: int = COPY_REPEATS,
+                 cache_dir: Path | None = None) -> tuple[float, float, str]:
     """(seconds per tensor, bytes per second, source) of packing a fused message or unpacking it
     on `device` (the CPU; at `threads` intra-op threads, else this process's), timed with the
     runtime's own code (methods.grouped.pack and unpack) on one worker: the median of `repeats`
     packs and unpacks of each of COPY_LAYOUTS, half of one pack and one unpack each, solved for
     t = tensors x per-tensor + 2 bytes / bandwidth through both layouts. A microbenchmark of one
-    worker, no communication."""
+    worker, no communication. With `cache_dir`, kept there per device, threads and repeats and
+    read back after (a bench's calibration, measured as it finishes: what its runs' machine
+    gave then, and the same every time its runs are validated again); without, measured now."""
     import time
 
     import torch
@@ -394,6 +397,12 @@ def measure_copy(device: str = "cpu", threads: int | None = None, repeats: int =
     if device != "cpu":
         raise ValueError(f"device {device!r} is not measured for copies; accepted: cpu (a GPU's are its memory "
                          f"bandwidth)")
+    path = None
+    if cache_dir is not None:
+        path = Path(cache_dir) / f"copy-{device}{f'-t{threads}' if threads else ''}-r{repeats}.json"
+        kept = _read_json(path)
+        if kept and {"tensor_s", "Bps", "source"} <= kept.keys():
+            return kept["tensor_s"], kept["Bps"], kept["source"]
     times = []
     with torch_threads(threads):
         for k, n in COPY_LAYOUTS:
@@ -411,6 +420,8 @@ def measure_copy(device: str = "cpu", threads: int | None = None, repeats: int =
     source = (f"measured on the {device}{f' at {threads} threads' if threads else ''}: the runtime's pack and unpack "
               f"(methods.grouped), medians of {repeats}, {k1} x {4 * n1} B {times[0] * 1e6:.1f} us and {k2} x "
               f"{4 * n2} B {times[1] * 1e6:.0f} us: {per_tensor * 1e6:.2f} us per tensor, {bps / 1e9:.2f} GB/s")
+    if path is not None:
+        _write_json(path, {"tensor_s": per_tensor, "Bps": bps, "source": source})
     return per_tensor, bps, source
 
 

@@ -886,3 +886,23 @@ def test_the_copy_microbenchmark_times_the_runtimes_own_unpack(monkeypatch):
     assert slowed > per_tensor + 4e-6
     with pytest.raises(ValueError, match="device 'meta' is not measured for copies; accepted: cpu"):
         profile.measure_copy("meta")
+
+
+def test_a_kept_copy_timing_is_read_back_not_measured_again(tmp_path, monkeypatch):
+    """measure_copy with a cache_dir keeps its timing there (per device, threads, repeats) and
+    returns it after without timing anything: a bench's copies as its machine gave them, the
+    same at every validation of its runs. Another thread count is measured anew."""
+    from ddlbench.methods import grouped
+
+    first = profile.measure_copy("cpu", 1, repeats=3, cache_dir=tmp_path)
+    assert (tmp_path / "copy-cpu-t1-r3.json").exists()
+
+    def refuse(*a):
+        raise AssertionError("timed again")
+    monkeypatch.setattr(grouped, "pack", refuse)
+    assert profile.measure_copy("cpu", 1, repeats=3, cache_dir=tmp_path) == first
+    with pytest.raises(AssertionError, match="timed again"):
+        profile.measure_copy("cpu", 2, repeats=3, cache_dir=tmp_path)
+    (tmp_path / "copy-cpu-t1-r3.json").write_text("{")  # half-written: measured anew, not read as none
+    with pytest.raises(AssertionError, match="timed again"):
+        profile.measure_copy("cpu", 1, repeats=3, cache_dir=tmp_path)

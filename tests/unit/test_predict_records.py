@@ -297,7 +297,7 @@ def test_validation_takes_one_workers_compute_from_the_runs_own_probe_where_it_h
     monkeypatch.setattr(profile, "measured", lambda *a, **k: fixed)  # alone and beside alike: no rescaling
     # the fused message's pack and unpack on the CPU: 20 us a tensor, 1 GB/s, one worker alone;
     # twice that for 4 workers on the 2 cores
-    monkeypatch.setattr(profile, "measure_copy", lambda device, threads: (2e-5, 1e9, f"fixed at {threads}"))
+    monkeypatch.setattr(profile, "measure_copy", lambda device, threads, **k: (2e-5, 1e9, f"fixed at {threads}"))
     steps = [0.1, 0.1, 0.1, 0.3]  # the probe: one worker's step at 8 / 0.15 samples/s, one slow step in four
     base = {"local_batch": 8, "device": "cpu", "backend": "gloo", "engine": "torch", "env": {"OMP_NUM_THREADS": "1"},
             "host_cores": 2}
@@ -514,14 +514,21 @@ def test_a_bench_keeps_the_profiles_that_calibrate_its_runs_beside_them(tmp_path
     real_machinery = profile.machinery_s
     monkeypatch.setattr(profile, "machinery_s", lambda *a, **k: machinery.append(k) or real_machinery(*a, **k))
     monkeypatch.setattr(validation, "MACHINERY_ROUNDS", 1)
+    from ddlbench.methods import grouped
+    packs = []  # the copy microbenchmark's packs: the runtime's own (profile.measure_copy)
+    real_pack = grouped.pack
+    monkeypatch.setattr(grouped, "pack", lambda *a: packs.append(1) or real_pack(*a))
     assert validation.main(["--results", str(tmp_path), "--calibrate-only"]) == 0
     # one worker alone at 2 threads, one beside another at 1: two profiles, the same for every
     # run, each the median of CALIBRATION_REPEATS measurements; and ByteScheduler's machinery
     # beside another worker at 1 thread
     n = 2 * validation.CALIBRATION_REPEATS
-    assert len(measures) == n == 6 and "3 measured profile(s)" in capsys.readouterr().out
+    # and the fused messages' copies at the runs' 1 thread, once
+    assert len(measures) == n == 6 and "4 calibration(s)" in capsys.readouterr().out
+    copies = len(packs)
+    assert copies == len(profile.COPY_LAYOUTS) * (profile.COPY_REPEATS + 1)
     assert sorted(p.name for p in (tmp_path / "profiles").iterdir()) == \
-        ["tiny-resnet-b8-cpu-t1-s2-r1x40-machinery.json", "tiny-resnet-b8-cpu-t1-s2-w3-r3-measured.json",
+        [f"copy-cpu-t1-r{profile.COPY_REPEATS}.json", "tiny-resnet-b8-cpu-t1-s2-r1x40-machinery.json", "tiny-resnet-b8-cpu-t1-s2-w3-r3-measured.json",
          "tiny-resnet-b8-cpu-t2-w3-r3-measured.json"]
     assert machinery[0]["threads"] == 1 and machinery[0]["sharers"] == 2
     # the validation's report shows the kept timing the predictions of the sharing runs used
@@ -534,6 +541,7 @@ def test_a_bench_keeps_the_profiles_that_calibrate_its_runs_beside_them(tmp_path
     assert validation.machinery_table(str(tmp_path / "none")) is None
     shared = validation.local(str(tmp_path), "loopback")[0]
     assert len(measures) == n and sorted(shared) == ["bytescheduler-a2a", "ddp", "wfbp-ps"]  # read, not measured again
+    assert len(packs) == copies  # the copies too: the same every time these runs are validated
     assert not list((tmp_path / "home-cache").glob("*-machinery.json"))
     assert not list((tmp_path / "home-cache").glob("*-measured.json"))  # (the roofline's is cached there)
 
