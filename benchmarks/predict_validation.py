@@ -174,8 +174,9 @@ def one_worker_samples_per_sec(recs: list[dict]) -> float:
 
 def mgwfbp_resolved(rec: dict) -> tuple[float, float] | None:
     """MG-WFBP's alpha, beta as the run resolved them (its start-up fit, in its record), which
-    the prediction of that run takes (`local` reports beside whether the predictor alone would
-    have chosen the run's groups, and whether these give them); None for another method."""
+    the prediction of that run takes with the groups it sent (`run_groups_of`; `local` reports
+    beside whether the predictor alone would have chosen the run's groups, and whether these
+    give them); None for another method."""
     if rec["method"] != "mg-wfbp" or rec.get("alpha_s") is None or rec.get("beta_s_per_byte") is None:
         return None
     return float(rec["alpha_s"]), float(rec["beta_s_per_byte"])
@@ -186,6 +187,20 @@ def one_worker_link(method: str, net: str | None) -> str | None:
     worker sends nothing, so runs on any link pool); its network for PS, whose one worker
     reaches its servers over it."""
     return net if simulate.method_config(method)["architecture"] == "ps" else None
+
+
+def run_groups_of(rec: dict, prof) -> tuple[int, ...] | None:
+    """MG-WFBP's groups as the run sent them (its record's `groups`, bytes in send order), which
+    its prediction times (`simulate.Options.mgwfbp_group_bytes`), as it takes the run's alpha
+    and beta: the run merged with its own start-up timings of backward, and a profile measured
+    apart tips a group's edge the other way now and then (three local benches here: 5 groups
+    merged from the profile, 4 sent by each 2-worker run). None where they do not partition
+    the profile's gradients (`simulate.run_groups`): then merged here."""
+    try:
+        simulate.run_groups(prof, rec["groups"])
+    except ValueError:
+        return None
+    return tuple(rec["groups"])
 
 
 def group_bytes(plan, prof) -> list[int]:
@@ -431,19 +446,25 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
                                  r, results).started_late(late)
             if name == "probe":  # its compute after the workers idled, as the probe timed it
                 prof = prof.with_after_idle(probe_after_idle(r))
+            if resolved and r.get("groups"):  # MG-WFBP: the groups the run sent, where they fit the profile
+                opts = replace(opts, mgwfbp_group_bytes=run_groups_of(r, prof))
             p, prof, cluster = cli.predict(r["model"], [r["workers"]], placed, (r["method"],), r["local_batch"], one,
                                            opts, explain=False, prof=prof)
             pair[name] = (p[(r["method"], r["workers"])].samples_per_sec, r["samples_per_sec"])
             if resolved and name == source and r.get("groups"):
                 # the groups also depend on the backward times: does the run's alpha, beta give
                 # the run's groups with this profile, and would the predictor alone choose them?
+                # (the prediction times the run's own, `run_groups_of`)
                 run_groups = list(r["groups"])
-                given = simulate.plan_for(r["method"], prof, cluster, r["workers"], opts)
+                given = simulate.plan_for(r["method"], prof, cluster, r["workers"],
+                                          replace(opts, mgwfbp_group_bytes=None))
                 own_plan = simulate.plan_for(r["method"], prof, cluster, r["workers"], stack_opts)
                 plan = "same groups" if group_bytes(own_plan, prof) == run_groups else \
                     f"other: {len(own_plan.messages)} groups, the run {len(run_groups)}"
                 if group_bytes(given, prof) != run_groups:
-                    plan += f"; timed: {len(given.messages)} groups, not the run's"
+                    plan += f"; its alpha, beta give {len(given.messages)}"
+                if opts.mgwfbp_group_bytes is None:
+                    plan += "; timed: merged here (the run's do not fit this profile)"
         for pairs, name in ((shared, source), (others["profile"], "profile"), (alone, "alone"),
                             (others["spread"], "spread" if lockstep else source)):
             pairs[r["method"]].append(pair[name])
@@ -626,9 +647,10 @@ def main(argv=None) -> int:
                                                       source, plan or "-"]
                     for results, bench in benches["per_bench"].items()
                     for m, net, w, p, x, plan, source in sorted(bench["runs"])]))
-    print("(MG-WFBP is predicted with the run's own start-up alpha, beta (its record); the last column says "
-          "whether the predictor's model of that microbenchmark alone chooses the run's groups, and, where "
-          "it is so, that the run's alpha, beta give other groups with this profile's backward times)")
+    print("(MG-WFBP is predicted with the run's own start-up alpha, beta and the groups it sent (its record); "
+          "the last column says whether the predictor's model of that microbenchmark alone chooses the run's "
+          "groups, and, where it is so, that the run's alpha, beta give other groups with this profile's "
+          "backward times)")
     return 0
 
 

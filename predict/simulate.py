@@ -367,6 +367,9 @@ class Options:
                                     # machine's bytes and summing is free
     mgwfbp_alpha_beta: tuple[float, float] | None = None  # MG-WFBP's alpha, beta as a run resolved
                                     # them (its record's start-up fit); None: `mgwfbp_alpha_beta()`
+    mgwfbp_group_bytes: tuple[int, ...] | None = None  # MG-WFBP's groups as a run sent them (its
+                                    # record's `groups`: bytes per group, in send order), taken as
+                                    # they are (`run_groups`); None: merged here (`merge_groups`)
     ps_topology: str | None = None  # PS: per-machine or per-gpu (a run's `method.ps_topology`); None: the
                                     # method config's (per-machine, as the study ran BytePS)
     stragglers: bool = True         # False: a what-if for `explain`: every worker computes in the mean
@@ -1152,6 +1155,8 @@ def plan_for(method: str, profile: Profile, cluster: Cluster, workers: int, opts
     if cfg["schedule"] == "wfbp":
         return Plan(grouped_messages(profile, 0), ps=cfg["architecture"] == "ps")
     if cfg["schedule"] == "mgwfbp":
+        if opts.mgwfbp_group_bytes is not None:
+            return Plan(run_groups(profile, opts.mgwfbp_group_bytes))
         a, b = mgwfbp_alpha_beta(cluster, workers, cfg, opts)
         order, tensor_bytes = profile.ready_order(), profile.tensor_bytes
         groups = merge_groups(profile.tb_s(), [tensor_bytes[i] for i in order], a, b,
@@ -1162,6 +1167,32 @@ def plan_for(method: str, profile: Profile, cluster: Cluster, workers: int, opts
             return Plan(grouped_messages(profile, 0), ps=True, server_schedule=True)
         return Plan([], bytescheduler=True, ps=cfg["architecture"] == "ps")
     raise ValueError(f"method {method!r} has schedule {cfg['schedule']!r}, unknown to the predictor")
+
+
+def run_groups(profile: Profile, group_bytes) -> list[list[int]]:
+    """MG-WFBP's groups as a run recorded them (bytes per group, in send order) as the profile's
+    parameter indices: consecutive runs of the gradient-ready order, each adding up to its
+    group's bytes. The run merged with its own start-up timings of backward, which a profile
+    measured apart from it can tip the other way at a group's edge; to predict that run, its
+    groups are a fact of its configuration, as its alpha and beta are. Raises where the bytes
+    do not partition this profile's gradients (another model or batch, or a record cut short)."""
+    order, tensor_bytes = profile.ready_order(), profile.tensor_bytes
+    groups, j = [], 0
+    for want in group_bytes:
+        group, got = [], 0
+        while j < len(order) and got < want:
+            group.append(order[j])
+            got += tensor_bytes[order[j]]
+            j += 1
+        if got != want or not group:
+            break
+        groups.append(group)
+    else:
+        if j == len(order):
+            return groups
+    raise ValueError(f"MG-WFBP groups {list(group_bytes)!r} (bytes, in send order) do not partition {profile.model}'s "
+                     f"{len(order)} gradients ({sum(tensor_bytes)} B) in their ready order; accepted: consecutive "
+                     f"groups that add up to them")
 
 
 @dataclass

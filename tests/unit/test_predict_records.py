@@ -458,6 +458,47 @@ def test_validation_predicts_an_mgwfbp_run_with_its_own_start_up_fit(tmp_path, m
                        explain=False)[0][("mg-wfbp", 2)].samples_per_sec != pytest.approx(own)
 
 
+def test_validation_times_an_mgwfbp_run_with_the_groups_it_sent(tmp_path, monkeypatch):
+    """A run's groups, merged from its own start-up timings of backward, can differ from what
+    its alpha, beta give with a profile measured apart: the prediction of that run times the
+    groups it sent (its record's `groups`), and the row says what the alpha, beta would have
+    merged; groups that do not fit the profile are merged here, and the row says so."""
+    import importlib.util
+
+    from ddlbench import record
+
+    spec = importlib.util.spec_from_file_location("predict_validation", Path(__file__).parents[2] / "benchmarks"
+                                                  / "predict_validation.py")
+    validation = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(validation)
+    fixed = cli.load_profile("tiny-resnet", 8, 100.0)
+    monkeypatch.setattr(profile, "measured", lambda *a, **k: fixed)
+    monkeypatch.setattr(profile, "measure_copy", lambda *a, **k: (fixed.copy_tensor_s, fixed.copy_Bps, "the profile's"))
+    opts = cli.study_opts("local", "ddlbench", backend="gloo")
+    resolved = replace(opts, mgwfbp_alpha_beta=(0.0, 1e-9))  # alpha 0: only the smallest merge
+    merged = simulate.plan_for("mg-wfbp", fixed, network.load("loopback"), 2, resolved)
+    assert len(merged.messages) > 1
+    sent = [sum(fixed.tensor_bytes)]  # the run sent one group of everything
+    record.write(tmp_path, {**_measured("bsp-a2a", 1, 100.0), "env": {"OMP_NUM_THREADS": "1"}})
+    record.write(tmp_path, {**_measured("mg-wfbp", 2, 150.0), "env": {"OMP_NUM_THREADS": "1"}, "alpha_s": 0.0,
+                            "beta_s_per_byte": 1e-9, "groups": sent})
+    (row,) = validation.local(str(tmp_path), "loopback")[2]
+    timed = cli.predict("tiny-resnet", [2], "loopback", ("mg-wfbp",), 8, 100.0,
+                        replace(resolved, mgwfbp_group_bytes=tuple(sent)), explain=False)[0][("mg-wfbp", 2)]
+    as_merged = cli.predict("tiny-resnet", [2], "loopback", ("mg-wfbp",), 8, 100.0, resolved,
+                            explain=False)[0][("mg-wfbp", 2)]
+    assert row[3] == pytest.approx(timed.samples_per_sec) != pytest.approx(as_merged.samples_per_sec)
+    assert row[5].endswith(f"the run 1; its alpha, beta give {len(merged.messages)}")
+    # a record whose groups are another model's: merged here, as its alpha, beta give
+    other = tmp_path / "other"
+    record.write(other, {**_measured("bsp-a2a", 1, 100.0), "env": {"OMP_NUM_THREADS": "1"}})
+    record.write(other, {**_measured("mg-wfbp", 2, 150.0), "env": {"OMP_NUM_THREADS": "1"}, "alpha_s": 0.0,
+                         "beta_s_per_byte": 1e-9, "groups": [sent[0] + 4]})
+    (row,) = validation.local(str(other), "loopback")[2]
+    assert row[3] == pytest.approx(as_merged.samples_per_sec)
+    assert row[5].endswith("; timed: merged here (the run's do not fit this profile)")
+
+
 def test_a_profile_measured_several_times_keeps_the_median_one(tmp_path, monkeypatch):
     """profile.measured(repeats=3): a disturbed window (here the slowest) is outvoted, and the
     source says which measurements there were."""

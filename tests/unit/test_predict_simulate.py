@@ -182,6 +182,28 @@ def test_a_runs_own_mgwfbp_alpha_beta_decide_its_groups():
         simulate.Options(mgwfbp_alpha_beta=(-1.0, 1e-9))
 
 
+def test_a_runs_own_mgwfbp_groups_are_timed_as_it_sent_them():
+    # the run's record lists its groups as bytes in send order; the prediction of that run times
+    # those: here 80,000 B (p2 then p1, the ready order) and 40,000 B (p0), where the merge rule
+    # at alpha 0.5 s sends one group of all three
+    prof = toy(ready=(1.5, 1.2, 1.0))
+    cluster = two_gpus(table={2: (0.5, 1e-9)})
+    sent = simulate.Options(mgwfbp_group_bytes=(2 * 4 * N, 4 * N))
+    assert simulate.plan_for("mg-wfbp", prof, cluster, 2, simulate.Options()).messages == [[2, 1, 0]]
+    assert simulate.plan_for("mg-wfbp", prof, cluster, 2, sent).messages == [[2, 1], [0]]
+    assert period("mg-wfbp", prof, cluster, mgwfbp_group_bytes=(2 * 4 * N, 4 * N)) == pytest.approx(
+        simulate.simulate("mg-wfbp", prof, cluster, 2, simulate.Options(horovod_cycle_s=0.0),
+                          simulate.Plan([[2, 1], [0]])).period_s)
+    assert period("mg-wfbp", prof, cluster, mgwfbp_group_bytes=(2 * 4 * N, 4 * N)) != pytest.approx(
+        period("mg-wfbp", prof, cluster))
+    # groups that do not partition the gradients in their ready order: another model's, a group
+    # cut inside a tensor, too few bytes, too many
+    for bad in ((4 * N + 1, 2 * 4 * N - 1), (4 * N,), (3 * 4 * N, 1), (4 * N, 0, 2 * 4 * N)):
+        with pytest.raises(ValueError, match=r"MG-WFBP groups \[.*\] \(bytes, in send order\) do not partition "
+                                             r"toy's 3 gradients \(120000 B\) in their ready order; accepted"):
+            simulate.run_groups(prof, bad)
+
+
 def test_ddp_broadcasts_the_modules_buffers_before_every_forward():
     # DDP (broadcast_buffers, its default) sends rank 0's buffers before each forward: two
     # buckets (two dtypes) of 40,000 and 8 B on GPUs of one node (alpha 0.25 s, 1.25e-5 s/B).
