@@ -630,8 +630,11 @@ def emulated_lanes(cluster: "Cluster", data: dict) -> dict:
     or one every `pace_s` where commbench paced them, `measured_s`; one rank per host, the
     placement of runs with one worker per host), each all-reduce's time alone taken as the
     simulator takes it on this cluster (the tc rate's wire): the speeds commbench wrote are
-    relative to its fit's slope, which this network does not use."""
-    from ddlbench.predict.simulate import lane_speed, ring_link_bytes  # simulate imports this module
+    relative to its fit's slope, which this network does not use. A paced round that tells no
+    speed on these times (`simulate.paced_round_tells`) gives way to the burst kept beside it
+    (`burst_measured_s`), as `_lane_speeds` does on the fit's times; without one, it is all there
+    is (configs written before the burst was kept)."""
+    from ddlbench.predict.simulate import lane_speed, paced_round_tells, ring_link_bytes  # simulate imports this
 
     out = {}
     for ranks, models in (data or {}).items():
@@ -639,9 +642,12 @@ def emulated_lanes(cluster: "Cluster", data: dict) -> dict:
         for model, d in (models or {}).items():
             numels = _gradient_numels(model)
             alone = [cluster.allreduce_s(4 * n, int(ranks), "ring") for n in numels]  # fp32
-            speeds.append(lane_speed(alone, float(d["measured_s"]), GLOO_THREADS, cluster.inter,
-                                     [ring_link_bytes(4 * n, int(ranks)) for n in numels],
-                                     float(d.get("pace_s") or 0.0)))
+            link_bytes = [ring_link_bytes(4 * n, int(ranks)) for n in numels]
+            measured_s, pace_s = float(d["measured_s"]), float(d.get("pace_s") or 0.0)
+            if pace_s and d.get("burst_measured_s") is not None and \
+                    not paced_round_tells(alone, measured_s, GLOO_THREADS, pace_s, cluster.inter, link_bytes):
+                measured_s, pace_s = float(d["burst_measured_s"]), 0.0
+            speeds.append(lane_speed(alone, measured_s, GLOO_THREADS, cluster.inter, link_bytes, pace_s))
         if speeds:
             out[int(ranks)] = statistics.median(speeds)
     return out
@@ -1014,7 +1020,7 @@ def _lane_speeds(rows: list[dict], backend: str, two: tuple[float, float], by_ra
     return its floor (2 local workers here: 11.73 ms for 29 launches 0.4 ms apart, 11.47 ms at
     any speed, read 0.25 where the burst gives 0.63). That model takes the burst instead."""
     from ddlbench.commbench.modes import gradient_numels
-    from ddlbench.predict.simulate import burst_s, lane_speed, slowest_lane_speed  # simulate imports this
+    from ddlbench.predict.simulate import lane_speed, paced_round_tells  # simulate imports this
 
     fits = {2: two, **{w: (fa, fb) for w, (_, _, fa, fb) in by_ranks.items()}}
     rounds = [r for r in rows if r.get("mode") == "fusion" and r.get("strategy") in ("per_tensor", "per_tensor_paced")
@@ -1029,18 +1035,21 @@ def _lane_speeds(rows: list[dict], backend: str, two: tuple[float, float], by_ra
         per_model = {}
         for model in sorted({r["model"] for r in mine}):
             alone = [Link(a, b).time_s(4 * n) for n in gradient_numels(model)]  # fp32
+            of_bursts = [float(r["time_us"]) * 1e-6 for r in bursts if r["model"] == model]
+            burst = {"burst_measured_s": statistics.median(of_bursts)} if of_bursts else {}
             for use in (paced, bursts):
                 of_model = [r for r in use if r["model"] == model]
                 if not of_model:
                     continue
                 measured_s = statistics.median(float(r["time_us"]) * 1e-6 for r in of_model)
                 pace_s = float(statistics.median(float(r.get("pace_s") or 0.0) for r in of_model))
-                if pace_s and any(r["model"] == model for r in bursts) and \
-                        burst_s(alone, GLOO_THREADS, slowest_lane_speed(GLOO_THREADS), pace_s=pace_s) <= measured_s:
+                if pace_s and burst and not paced_round_tells(alone, measured_s, GLOO_THREADS, pace_s):
                     continue  # the launches alone took that long: no speed told, the burst's instead
+                # a paced round keeps the burst beside it: an emulated network times every
+                # all-reduce alone on its tc wire, where the paced round may tell no speed
                 per_model[model] = {"tensors": len(alone), "measured_s": measured_s, "alone_s": sum(alone),
                                     "speed": lane_speed(alone, measured_s, GLOO_THREADS, pace_s=pace_s),
-                                    **({"pace_s": pace_s} if pace_s else {})}
+                                    **({"pace_s": pace_s, **burst} if pace_s else {})}
                 break
         out[w] = (statistics.median(m["speed"] for m in per_model.values()), per_model)
     return out

@@ -619,6 +619,16 @@ def lane_speed(durations_s: list[float], measured_s: float, lanes: int, bucket: 
     return (lo + hi) / 2
 
 
+def paced_round_tells(durations_s: list[float], measured_s: float, lanes: int, pace_s: float,
+                      bucket: "Link | None" = None, link_bytes: list[float] | None = None) -> bool:
+    """Whether a paced round (`durations_s` launched one every `pace_s`, `measured_s` in all)
+    bounds the lane speed: not where its launches alone, even at the slowest speed, take as long
+    as it did (each all-reduce ends before the next starts; `lane_speed` would return its floor,
+    which is no measurement). Both places that fit a speed from a paced round ask this
+    (`network._lane_speeds` on the fit's times, `network.emulated_lanes` on the tc wire's)."""
+    return burst_s(durations_s, lanes, slowest_lane_speed(lanes), bucket, link_bytes, pace_s) > measured_s
+
+
 def burst_s(durations_s: list[float], lanes: int, shared_speed: float, bucket: "Link | None" = None,
             link_bytes: list[float] | None = None, pace_s: float = 0.0) -> float:
     """How long `Lanes` take for collectives of these times alone, all submitted at once, or the

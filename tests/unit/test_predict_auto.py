@@ -634,6 +634,8 @@ def test_a_paced_round_by_hand_and_its_lane_speed_preferred_to_the_burst_where_i
     spec = network.commbench_network(commbench_rows(a, b) + [burst, paced], "box", "test data")
     assert spec["inter"]["allreduce"]["lane_speed_by_ranks"] == {2: pytest.approx(0.8)}
     assert spec["data_lanes"][2]["tiny-resnet"]["pace_s"] == 4e-5
+    # the burst kept beside the paced round, for an emulated network's wire (network.emulated_lanes)
+    assert spec["data_lanes"][2]["tiny-resnet"]["burst_measured_s"] == pytest.approx(burst["time_us"] * 1e-6)
     assert "one every 0.04 ms where paced" in spec["sources"]["lanes"]
     # launched 4 ms apart, each all-reduce ends before the next starts at any speed: the round
     # took what its launches take and tells no speed (the fit would return its floor, 0.25), so
@@ -646,6 +648,7 @@ def test_a_paced_round_by_hand_and_its_lane_speed_preferred_to_the_burst_where_i
     assert "pace_s" not in spec["data_lanes"][2]["tiny-resnet"]
     spec = network.commbench_network(commbench_rows(a, b) + [apart], "box", "test data")
     assert spec["inter"]["allreduce"]["lane_speed_by_ranks"] == {2: 0.25}
+    assert "burst_measured_s" not in spec["data_lanes"][2]["tiny-resnet"]
 
 
 def test_commbench_ordered_round_gives_the_leaders_time_per_choice(tmp_path):

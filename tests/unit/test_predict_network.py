@@ -230,6 +230,24 @@ def test_an_emulated_network_keeps_its_measured_burst_of_concurrent_all_reduces(
     paced = network.load("emulated-1gbit", tmp_path).lane_speed[2]
     assert paced != speed
     assert simulate.burst_s(alone, 2, paced, c.inter, link_bytes, pace_s=3e-4) == pytest.approx(0.040, rel=1e-6)
+    # launched 5 ms apart, each all-reduce ends on this wire before the next starts: the round
+    # took what its launches take at any speed and tells none (the fit would return its floor);
+    # the burst kept beside it gives the speed, as make commbench's own fit does; without a kept
+    # burst (a config written before), the paced round's floor is all there is
+    lanes = spec["data_lanes"][2]["tiny-resnet"]
+    apart = simulate.burst_s(alone, 2, 1.0, c.inter, link_bytes, pace_s=5e-3) + 1e-4
+    assert not simulate.paced_round_tells(alone, apart, 2, 5e-3, c.inter, link_bytes)
+    assert simulate.paced_round_tells(alone, 0.040, 2, 3e-4, c.inter, link_bytes)
+    lanes.update(pace_s=5e-3, measured_s=apart)
+    (tmp_path / "emulated-1gbit.yaml").write_text(yaml.safe_dump(spec))
+    assert network.load("emulated-1gbit", tmp_path).lane_speed[2] == 0.25
+    lanes["burst_measured_s"] = 0.040
+    (tmp_path / "emulated-1gbit.yaml").write_text(yaml.safe_dump(spec))
+    assert network.load("emulated-1gbit", tmp_path).lane_speed[2] == pytest.approx(speed)
+    lanes.update(pace_s=3e-4, measured_s=0.040)  # a paced round that tells one keeps it
+    (tmp_path / "emulated-1gbit.yaml").write_text(yaml.safe_dump(spec))
+    assert network.load("emulated-1gbit", tmp_path).lane_speed[2] == pytest.approx(paced)
+    del lanes["burst_measured_s"]
     del spec["data_lanes"][2]["tiny-resnet"]["pace_s"]
     # a burst slower than any sharing of two lanes can make it: the slowest speed the model has
     spec["data_lanes"][2]["tiny-resnet"]["measured_s"] = 1.0
