@@ -197,10 +197,12 @@ def run_groups_of(rec: dict, prof) -> tuple[int, ...] | None:
     merged from the profile, 4 sent by each 2-worker run). None where they do not partition
     the profile's gradients (`simulate.run_groups`): then merged here."""
     try:
-        simulate.run_groups(prof, rec["groups"])
-    except ValueError:
+        groups = tuple(rec["groups"])
+        simulate.Options(mgwfbp_group_bytes=groups)
+        simulate.run_groups(prof, groups)
+    except (TypeError, ValueError):
         return None
-    return tuple(rec["groups"])
+    return groups
 
 
 def group_bytes(plan, prof) -> list[int]:

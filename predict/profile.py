@@ -399,9 +399,11 @@ def measure_copy(device: str = "cpu", threads: int | None = None, repeats: int =
                          f"bandwidth)")
     path = None
     if cache_dir is not None:
-        path = Path(cache_dir) / f"copy-{device}{f'-t{threads}' if threads else ''}-r{repeats}.json"
+        path = Path(cache_dir) / f"copy-{device}-t{threads or torch.get_num_threads()}-r{repeats}.json"
         kept = _read_json(path)
-        if kept and {"tensor_s", "Bps", "source"} <= kept.keys():
+        if isinstance(kept, dict) and {"tensor_s", "Bps", "source"} <= kept.keys() and \
+                isinstance(kept["tensor_s"], (int, float)) and kept["tensor_s"] >= 0 and \
+                isinstance(kept["Bps"], (int, float)) and kept["Bps"] > 0:
             return kept["tensor_s"], kept["Bps"], kept["source"]
     times = []
     with torch_threads(threads):

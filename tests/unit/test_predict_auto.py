@@ -906,6 +906,7 @@ def test_a_kept_copy_timing_is_read_back_not_measured_again(tmp_path, monkeypatc
     assert profile.measure_copy("cpu", 1, repeats=3, cache_dir=tmp_path) == first
     with pytest.raises(AssertionError, match="timed again"):
         profile.measure_copy("cpu", 2, repeats=3, cache_dir=tmp_path)
-    (tmp_path / "copy-cpu-t1-r3.json").write_text("{")  # half-written: measured anew, not read as none
-    with pytest.raises(AssertionError, match="timed again"):
-        profile.measure_copy("cpu", 1, repeats=3, cache_dir=tmp_path)
+    for broken in ("{", "[1, 2]", '{"tensor_s": 1e-6, "Bps": 0, "source": "x"}'):  # half-written, or not a timing
+        (tmp_path / "copy-cpu-t1-r3.json").write_text(broken)
+        with pytest.raises(AssertionError, match="timed again"):  # measured anew, not read as one
+            profile.measure_copy("cpu", 1, repeats=3, cache_dir=tmp_path)
