@@ -167,8 +167,9 @@ class Cluster:
                                      # message costs them; None: each worker has a machine of its own
     measured: dict = field(default_factory=dict)  # collective (all_reduce, reduce, broadcast) -> ranks ->
                                      # Link: the whole collective at that many ranks as make commbench
-                                     # timed it here (t = a + b n), in this config's own placement, with
-                                     # the backend that runs `measured_algorithm`
+                                     # timed it here (t = a + b n; on an emulated network the all-reduce's
+                                     # b is the tc wire's, `emulated_by_ranks`), in this config's own
+                                     # placement, with the backend that runs `measured_algorithm`
     measured_algorithm: str = "ring"  # the algorithm the measuring backend ran (Gloo: ring; NCCL: nccl)
     measured_on_one_machine: bool = False  # those ranks shared one machine's cores (a local commbench)
     lane_speed: dict = field(default_factory=dict)  # ranks -> the speed of each of GLOO_THREADS async
@@ -543,6 +544,38 @@ def emulated_wire(link: Link, rate_bps: float, data: dict | None) -> tuple[Link,
         note + f"; alpha {alpha:.4g} s per link refitted to the {len(pairs)} all-reduce sizes with that beta"
 
 
+def emulated_by_ranks(wire: Link, data: dict | None, name: str = "emulated") -> tuple[dict, str]:
+    """({ranks: Link of the whole all-reduce}, a note) at every rank count beyond 2 that make
+    commbench timed across the emulated hosts (`data_by_ranks`: one rank per host, each size's
+    time), as a run of that many workers meets them: the slope is the ring's through the tc
+    wire (2 (W-1) / W bytes per byte at its beta), and the intercept is refitted to the data with
+    that slope fixed, by least relative squares, as `emulated_wire` does at 2 ranks. The ring
+    over the 2-rank link scales one hop's cost by its 2 (W-1) steps, but the hosts' ranks share
+    this machine's cores: at 1 Gbit/s here, up to 64 KiB, 3 ranks took 1.5-1.7 ms and 4 ranks
+    3.0-4.5 ms, where that ring gives 0.6 and 0.9 ms (the large sizes, wire-bound, agree within
+    2%). 2 ranks keep the link itself. ({}, "") where nothing beyond 2 ranks was timed."""
+    out, sized = {}, {}
+    for ranks, d in (data or {}).items():
+        try:
+            w, sizes, times = int(ranks), [float(n) for n in d["bytes"]], [float(t) for t in d["time_s"]]
+            ok = w >= 2 and len(sizes) == len(times) and min(sizes + times, default=0.0) >= 0
+        except (TypeError, ValueError, KeyError):
+            ok = False
+        if not ok:
+            raise ValueError(f"network {name!r}: data_by_ranks {ranks}: {d!r} is invalid; accepted: ranks >= 2, "
+                             f"bytes and time_s of the same length, none below 0")
+        pairs = [(n, t) for n, t in zip(sizes, times) if t > 0]
+        if w < 3 or not pairs:
+            continue
+        b = 2 * (w - 1) / w * wire.beta_s_per_byte
+        a = max(0.0, sum((t - b * n) / t ** 2 for n, t in pairs) / sum(1 / t ** 2 for _, t in pairs))
+        out[w], sized[w] = Link(a, b), len(pairs)
+    notes = [f"{w} ranks {out[w].alpha_s * 1e3:.3f} ms ({sized[w]} sizes)" for w in sorted(out)]
+    note = ("all-reduces of 3 or more ranks: the ring's slope through the tc wire, the intercept refitted to "
+            "make commbench's times at that many ranks (data_by_ranks): " + "; ".join(notes)) if out else ""
+    return out, note
+
+
 def _emulated_rate_bps(name: str) -> float | None:
     """The tc rate of an emulated-<rate> network, or None (another network, or no rate set)."""
     if not name.startswith(EMULATED):
@@ -577,6 +610,7 @@ def load(name: str, directory: Path | None = None) -> Cluster:
     table = {int(k): (float(v[0]), float(v[1])) for k, v in (spec.get("mgwfbp_alpha_beta") or {}).items()}
     inter, ps, sources = _link(spec.get("inter")), _link(spec.get("ps")), dict(spec.get("sources", {}))
     rate_bps = _emulated_rate_bps(name)
+    by_ranks: dict = {}  # an emulated wire's all-reduces beyond 2 ranks (emulated_by_ranks)
     if rate_bps is not None and inter is not None:
         # the emulated links are tc token buckets (launch.netns._tbf), measured or not
         from ddlbench.launch.netns import tbf_burst_bytes
@@ -585,6 +619,11 @@ def load(name: str, directory: Path | None = None) -> Cluster:
         inter, note = emulated_wire(inter, rate_bps, spec.get("data"))
         inter = replace(inter, burst_bytes=burst)
         sources["wire"] = note
+        by_ranks, note = emulated_by_ranks(inter, spec.get("data_by_ranks"), name)
+        if note:
+            sources["wire_by_ranks"] = note
+            if "by_ranks" in sources:  # commbench's own fits at those ranks: their slopes are not the wire's
+                sources["by_ranks"] += "; superseded by `wire_by_ranks`"
         if "inter" in sources:  # a commbench fit's a and b: its data stays, its slope does not
             sources["inter"] += "; superseded by `wire`"
         # a PS round's push and pull phases alternate, so each link direction refills its bucket
@@ -595,8 +634,8 @@ def load(name: str, directory: Path | None = None) -> Cluster:
     host_cpu = _host_cpu(spec.get("host_cpu"), name)
     measured, one_machine, algorithm = _measured(spec.get("inter"), name)
     lanes = _lane_speed(spec.get("inter"), name)
-    if rate_bps is not None:
-        measured, lanes = {}, {}  # an emulated wire's slope is the tc rate's (emulated_wire), not a fit's
+    if rate_bps is not None:  # an emulated wire's slope is the tc rate's (emulated_wire), not a fit's
+        measured, lanes = ({"all_reduce": by_ranks} if by_ranks else {}), {}
     cluster = Cluster(name=spec.get("name", name), intra=intra, inter=inter,
                       gpus_per_node=int(gpus or 1), server_mem_Bps=float(spec.get("server_mem_GBps", 0)) * 1e9,
                       mgwfbp_table=table, description=spec.get("description", ""), sources=sources, ps=ps,
@@ -604,8 +643,10 @@ def load(name: str, directory: Path | None = None) -> Cluster:
                       measured_on_one_machine=one_machine, lane_speed=lanes)
     if rate_bps is not None and inter is not None and spec.get("data_lanes"):
         cluster.lane_speed.update(emulated_lanes(cluster, spec["data_lanes"]))
-        sources["lanes"] = ("make commbench's bursts of per-tensor all-reduces (data_lanes: measured_s), each "
-                            "all-reduce timed alone by the tc rate's wire above (simulate.lane_speed), not by the fit")
+        sources["lanes"] = ("make commbench's rounds of per-tensor all-reduces (data_lanes: measured_s; a paced round "
+                            "that tells no speed here gives way to its burst, burst_measured_s), each all-reduce "
+                            "timed alone as this network times it (the tc rate's wire above; at 3 or more ranks "
+                            "wire_by_ranks), not by the fit (simulate.lane_speed)")
     if inter is not None and spec.get("data_order"):
         cluster.order_s.update(ordered_choices(cluster, spec["data_order"], rate_bps is not None))
     if inter is not None and spec.get("data_after_compute"):
@@ -644,6 +685,9 @@ def emulated_lanes(cluster: "Cluster", data: dict) -> dict:
             alone = [cluster.allreduce_s(4 * n, int(ranks), "ring") for n in numels]  # fp32
             link_bytes = [ring_link_bytes(4 * n, int(ranks)) for n in numels]
             measured_s, pace_s = float(d["measured_s"]), float(d.get("pace_s") or 0.0)
+            if d.get("burst_measured_s") is not None and not float(d["burst_measured_s"]) > 0:
+                raise ValueError(f"network {cluster.name!r}: data_lanes {ranks} {model}: burst_measured_s "
+                                 f"{d['burst_measured_s']!r} is invalid; accepted: > 0 seconds")
             if pace_s and d.get("burst_measured_s") is not None and \
                     not paced_round_tells(alone, measured_s, GLOO_THREADS, pace_s, cluster.inter, link_bytes):
                 measured_s, pace_s = float(d["burst_measured_s"]), 0.0

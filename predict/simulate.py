@@ -36,7 +36,9 @@ but for PS on the emulated cluster's links, below):
   `lane_speed`; the paced round's where there is one: launched at once they overlap less, which
   one speed cannot give both ways, `network._lane_speeds`; on an emulated network found again
   against the tc rate's wire and its token bucket, which each collective meets as it starts:
-  `network.emulated_lanes`); elsewhere one at a time. A collective submitted after the stream
+  `network.emulated_lanes`); elsewhere one at a time. On an emulated network the all-reduce of
+  3 or more ranks is make commbench's at that many ranks, on the tc wire's slope
+  (`network.emulated_by_ranks`), not the 2-rank link's ring. A collective submitted after the stream
   idled AFTER_COMPUTE_IDLE_S (the ranks computed) also pays what make commbench found an
   all-reduce costs right after compute beyond its own time, where it timed one at the run's
   worker count in the run's placement (`Cluster.after_compute_s`: two local ranks' 312 KB took
@@ -393,6 +395,11 @@ class Options:
             if not value >= 0 or (value and self.stack != "ddlbench"):
                 raise ValueError(f"{knob}={value!r} with stack={self.stack!r} is invalid; accepted: >= 0 seconds, "
                                  f"and 0 but with stack ddlbench (this runtime's machinery)")
+        groups = self.mgwfbp_group_bytes
+        if groups is not None and not (isinstance(groups, (tuple, list)) and groups
+                                       and all(isinstance(n, int) and n > 0 for n in groups)):
+            raise ValueError(f"mgwfbp_group_bytes={groups!r} is invalid; accepted: bytes per group in send order "
+                             f"(whole numbers > 0), or None")
         if not (isinstance(self.horovod_cycle_s, (int, float)) and self.horovod_cycle_s >= 0):
             raise ValueError(f"horovod_cycle_s={self.horovod_cycle_s!r} is invalid; accepted: >= 0 seconds "
                              f"(0: each request at once)")

@@ -196,6 +196,47 @@ def test_a_measured_emulated_network_takes_its_wire_from_the_rate_and_refits_alp
     assert c.ps.beta_s_per_byte == pytest.approx(beta) and c.ps.alpha_s == 5e-4
 
 
+def test_an_emulated_network_takes_its_all_reduces_beyond_two_ranks_from_commbench(tmp_path):
+    """make commbench LINK=... also times the all-reduce at 3 and 4 ranks across the emulated
+    hosts (data_by_ranks). The emulated network dropped those and scaled the 2-rank link by the
+    ring's 2 (W-1) steps: at 1 Gbit/s here 0.9 ms for a small 4-rank all-reduce that took 3-4.5
+    ms (the hosts' ranks share this machine's cores). It now takes each rank count's: the
+    ring's slope through the tc wire, the intercept refitted to that data with the slope fixed
+    (here 3 ms and 1.5 ms, by hand); 2 ranks keep the link; a run with several workers per host
+    (another placement) does not use them."""
+    import yaml
+
+    beta = 8 / 1e9 * 1514 / 1448
+    sizes = [1024, 65536, 1 << 20, 4 << 20]
+    spec = {"name": "emulated-1gbit",
+            "inter": {"allreduce": {"alpha_s": 8e-4, "beta_s_per_byte": 9e-9, "ranks": 2}},
+            "data": {"bytes": sizes, "time_s": [8e-4 + beta * n for n in sizes]},  # 2 alpha = 0.8 ms on the wire
+            "data_by_ranks": {3: {"bytes": sizes, "time_s": [1.5e-3 + 4 / 3 * beta * n for n in sizes]},
+                              4: {"bytes": sizes, "time_s": [3e-3 + 1.5 * beta * n for n in sizes]}}}
+    (tmp_path / "emulated-1gbit.yaml").write_text(yaml.safe_dump(spec))
+    c = network.load("emulated-1gbit", tmp_path)
+    for n in (16, 1 << 20):
+        assert c.allreduce_s(n, 2, "ring") == pytest.approx(8e-4 + beta * n)
+        assert c.allreduce_s(n, 3, "ring") == pytest.approx(1.5e-3 + 4 / 3 * beta * n)
+        assert c.allreduce_s(n, 4, "ring") == pytest.approx(3e-3 + 1.5 * beta * n)
+    assert "3 ranks 1.500 ms (4 sizes); 4 ranks 3.000 ms" in c.sources["wire_by_ranks"]
+    # another placement (2 workers per emulated host) leaves them: the ring over its links
+    (tmp_path / "loopback.yaml").write_text("name: loopback\ninter: {alpha_s: 2.0e-4, beta_s_per_byte: 1.0e-9}\n")
+    two = network.emulated_hosts(c, 2, directory=tmp_path)
+    assert two.allreduce_s(16, 4, "ring") != pytest.approx(3e-3 + 1.5 * beta * 16)
+    # a config whose data does not hold together: one line naming it
+    for bad in ({"bytes": sizes, "time_s": [1e-3]}, {"bytes": sizes}, {"bytes": [-1] * 4, "time_s": [1e-3] * 4}):
+        (tmp_path / "emulated-1gbit.yaml").write_text(yaml.safe_dump({**spec, "data_by_ranks": {4: bad}}))
+        with pytest.raises(ValueError, match=r"network 'emulated-1gbit': data_by_ranks 4: .* is invalid; accepted: "
+                                             r"ranks >= 2, bytes and time_s of the same length, none below 0"):
+            network.load("emulated-1gbit", tmp_path)
+    # without them, the ring over the 2-rank link, as before
+    del spec["data_by_ranks"]
+    (tmp_path / "emulated-1gbit.yaml").write_text(yaml.safe_dump(spec))
+    c = network.load("emulated-1gbit", tmp_path)
+    assert c.allreduce_s(16, 4, "ring") == pytest.approx(6 * c.inter.time_s(4)) and "wire_by_ranks" not in c.sources
+
+
 def test_an_emulated_network_keeps_its_measured_burst_of_concurrent_all_reduces(tmp_path):
     """make commbench LINK=... times a model's per-tensor all-reduces launched at once across the
     emulated hosts (data_lanes). The emulated network used to drop the lane speed it wrote (it
@@ -244,6 +285,12 @@ def test_an_emulated_network_keeps_its_measured_burst_of_concurrent_all_reduces(
     lanes["burst_measured_s"] = 0.040
     (tmp_path / "emulated-1gbit.yaml").write_text(yaml.safe_dump(spec))
     assert network.load("emulated-1gbit", tmp_path).lane_speed[2] == pytest.approx(speed)
+    lanes["burst_measured_s"] = 0
+    (tmp_path / "emulated-1gbit.yaml").write_text(yaml.safe_dump(spec))
+    with pytest.raises(ValueError, match=r"network 'emulated-1gbit': data_lanes 2 tiny-resnet: burst_measured_s 0 "
+                                         r"is invalid; accepted: > 0 seconds"):
+        network.load("emulated-1gbit", tmp_path)
+    lanes["burst_measured_s"] = 0.040
     lanes.update(pace_s=3e-4, measured_s=0.040)  # a paced round that tells one keeps it
     (tmp_path / "emulated-1gbit.yaml").write_text(yaml.safe_dump(spec))
     assert network.load("emulated-1gbit", tmp_path).lane_speed[2] == pytest.approx(paced)

@@ -202,6 +202,10 @@ def test_a_runs_own_mgwfbp_groups_are_timed_as_it_sent_them():
         with pytest.raises(ValueError, match=r"MG-WFBP groups \[.*\] \(bytes, in send order\) do not partition "
                                              r"toy's 3 gradients \(120000 B\) in their ready order; accepted"):
             simulate.run_groups(prof, bad)
+    for bad in ((), (0, 4 * N), (1.5,), "12"):
+        with pytest.raises(ValueError, match=r"mgwfbp_group_bytes=.* is invalid; accepted: bytes per group in send "
+                                             r"order \(whole numbers > 0\), or None"):
+            simulate.Options(mgwfbp_group_bytes=bad)
 
 
 def test_ddp_broadcasts_the_modules_buffers_before_every_forward():
