@@ -18,6 +18,17 @@ def _measured(method="bsp-a2a", workers=2, sps=10.0):
             "samples_per_sec_per_repeat": [sps]}
 
 
+def _validation():
+    """benchmarks/predict_validation.py as a module (it is a script, not a package module)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("predict_validation", Path(__file__).parents[2] / "benchmarks"
+                                                  / "predict_validation.py")
+    validation = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(validation)
+    return validation
+
+
 def test_predicted_records_never_reach_the_measured_tables(tmp_path):
     (tmp_path / "records").mkdir()
     (tmp_path / "records" / "a.json").write_text(json.dumps(_measured()))
@@ -156,14 +167,9 @@ def test_bad_inputs_are_one_line(tmp_path, capsys):
 def test_validation_reports_how_far_apart_two_benches_measured_the_same_runs(tmp_path):
     """benchmarks/predict_validation.py --again: per method, |a - b| / b over the multi-worker
     runs of one configuration measured in both result directories; others are left out."""
-    import importlib.util
-
     from ddlbench import record
 
-    spec = importlib.util.spec_from_file_location("predict_validation", Path(__file__).parents[2] / "benchmarks"
-                                                  / "predict_validation.py")
-    validation = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(validation)
+    validation = _validation()
     for d, sps in (("a", {("wfbp-ps", 2): 120.0, ("wfbp-ps", 4): 90.0, ("ddp", 2): 50.0, ("ddp", 1): 9.0}),
                    ("b", {("wfbp-ps", 2): 100.0, ("wfbp-ps", 4): 100.0, ("ddp", 4): 10.0, ("ddp", 1): 10.0})):
         for (method, workers), x in sps.items():
@@ -177,12 +183,7 @@ def test_validation_pools_several_benches_and_reports_each(monkeypatch, capsys):
     """benchmarks/predict_validation.py --results A B: each bench is validated on its own
     (`local`), the per-method medians are over every bench's runs, the ratios to BSP-A2A's stay
     within a bench, and a table gives each bench's median per method and how many are within 10%."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("predict_validation", Path(__file__).parents[2] / "benchmarks"
-                                                  / "predict_validation.py")
-    validation = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(validation)
+    validation = _validation()
     # (method, workers, predicted, measured) per bench; the same network name in both
     benches = {"a": [("bsp-a2a", 2, 100.0, 100.0), ("ddp", 2, 130.0, 100.0), ("ddp", 4, 100.0, 100.0)],
                "b": [("bsp-a2a", 2, 50.0, 100.0), ("ddp", 2, 104.0, 100.0), ("ddp", 4, 102.0, 100.0)]}
@@ -212,12 +213,7 @@ def test_validation_pools_several_benches_and_reports_each(monkeypatch, capsys):
 def test_validation_judges_each_run_against_bsp_a2as_at_the_same_workers_too():
     """benchmarks/predict_validation.py: the ratio of a run's samples/s to BSP-A2A's at the same
     network and worker count, predicted against measured (by hand), means over repeated runs."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("predict_validation", Path(__file__).parents[2] / "benchmarks"
-                                                  / "predict_validation.py")
-    validation = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(validation)
+    validation = _validation()
     runs = [("bsp-a2a", "n", 2, 200.0, 300.0, ""), ("wfbp-a2a", "n", 2, 130.0, 180.0, ""),
             ("bsp-a2a", "n", 4, 100.0, 100.0, ""), ("bsp-a2a", "n", 4, 300.0, 300.0, ""),  # means: 200, 200
             ("ddp", "n", 4, 150.0, 100.0, ""), ("ddp", "m", 4, 1.0, 2.0, "")]  # network m: no BSP-A2A run
@@ -230,14 +226,9 @@ def test_validation_pools_one_worker_runs_and_calibrates_bytescheduler_from_its_
     """The setup's one-worker throughput is the median over every repeat of the one-worker runs
     of methods that only compute at one worker, on any network; ByteScheduler's machinery comes
     from that method's own one-worker runs (never from a multi-worker one)."""
-    import importlib.util
-
     from ddlbench import record
 
-    spec = importlib.util.spec_from_file_location("predict_validation", Path(__file__).parents[2] / "benchmarks"
-                                                  / "predict_validation.py")
-    validation = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(validation)
+    validation = _validation()
     from ddlbench.config import compute_only_at_one_worker
 
     assert [compute_only_at_one_worker(m) for m in ("bsp-a2a", "ddp", "mg-wfbp", "horovod")] == [True] * 4
@@ -285,14 +276,9 @@ def test_validation_takes_one_workers_compute_from_the_runs_own_probe_where_it_h
     compute the probe timed beside the other workers, and the spread of its steps, or where it
     also ran lock-step steps, their slowest worker's step and no spread; the bench-end profile's
     prediction is kept beside it; a run without one is predicted from the profile."""
-    import importlib.util
-
     from ddlbench import record
 
-    spec = importlib.util.spec_from_file_location("predict_validation", Path(__file__).parents[2] / "benchmarks"
-                                                  / "predict_validation.py")
-    validation = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(validation)
+    validation = _validation()
     fixed = cli.load_profile("tiny-resnet", 8, 100.0)
     monkeypatch.setattr(profile, "measured", lambda *a, **k: fixed)  # alone and beside alike: no rescaling
     # the fused message's pack and unpack on the CPU: 20 us a tensor, 1 GB/s, one worker alone;
@@ -371,14 +357,9 @@ def test_validation_calibrates_bytescheduler_ps_against_the_compute_at_its_one_w
     all-reduce runs (2 cores: 1 against 2), so ByteScheduler-PS's machinery is calibrated against
     the setup's compute at the PS run's own threads (`at_threads_of`: a profile at each), not the
     faster compute of the other runs, which would read the lost thread as machinery."""
-    import importlib.util
-
     from ddlbench import record
 
-    spec = importlib.util.spec_from_file_location("predict_validation", Path(__file__).parents[2] / "benchmarks"
-                                                  / "predict_validation.py")
-    validation = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(validation)
+    validation = _validation()
     two_threads, one_thread = cli.load_profile("tiny-resnet", 8, 100.0), cli.load_profile("tiny-resnet", 8, 60.0)
     monkeypatch.setattr(profile, "measured", lambda *a, threads=1, **k: two_threads if threads == 2 else one_thread)
     monkeypatch.setattr(profile, "machinery_s", lambda *a, **k: {"machinery_s": 0.0})
@@ -398,12 +379,8 @@ def test_validation_calibrates_bytescheduler_ps_against_the_compute_at_its_one_w
 
 
 def test_validation_predicts_a_local_run_as_one_machine_and_an_emulated_one_as_configured():
-    import importlib.util
 
-    spec = importlib.util.spec_from_file_location("predict_validation", Path(__file__).parents[2] / "benchmarks"
-                                                  / "predict_validation.py")
-    validation = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(validation)
+    validation = _validation()
     local = {**_measured("bsp-ps", 4), "workers_per_node": 4, "servers": 1, "hosts": ["box"]}
     assert validation.record_cluster(local, "loopback").nodes(4) == (1, 4)  # one node, so one server
     laid_out = {**local, "workers_per_node": 2, "servers": 2}  # GPUS_PER_NODE=2 locally: two PS nodes
@@ -428,14 +405,9 @@ def test_validation_predicts_an_mgwfbp_run_with_its_own_start_up_fit(tmp_path, m
     """The run's record says which alpha, beta its start-up microbenchmark gave; the prediction
     of that run times the groups they chose, and the row says whether the predictor alone would
     have chosen the same."""
-    import importlib.util
-
     from ddlbench import record
 
-    spec = importlib.util.spec_from_file_location("predict_validation", Path(__file__).parents[2] / "benchmarks"
-                                                  / "predict_validation.py")
-    validation = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(validation)
+    validation = _validation()
     fixed = cli.load_profile("tiny-resnet", 8, 100.0)
     monkeypatch.setattr(profile, "measured", lambda *a, **k: fixed)
     # the CPU's copies as the profile's own (the test's subject is the groups)
@@ -463,14 +435,9 @@ def test_validation_times_an_mgwfbp_run_with_the_groups_it_sent(tmp_path, monkey
     its alpha, beta give with a profile measured apart: the prediction of that run times the
     groups it sent (its record's `groups`), and the row says what the alpha, beta would have
     merged; groups that do not fit the profile are merged here, and the row says so."""
-    import importlib.util
-
     from ddlbench import record
 
-    spec = importlib.util.spec_from_file_location("predict_validation", Path(__file__).parents[2] / "benchmarks"
-                                                  / "predict_validation.py")
-    validation = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(validation)
+    validation = _validation()
     fixed = cli.load_profile("tiny-resnet", 8, 100.0)
     monkeypatch.setattr(profile, "measured", lambda *a, **k: fixed)
     monkeypatch.setattr(profile, "measure_copy", lambda *a, **k: (fixed.copy_tensor_s, fixed.copy_Bps, "the profile's"))
@@ -535,14 +502,10 @@ def test_a_bench_keeps_the_profiles_that_calibrate_its_runs_beside_them(tmp_path
     each setup with into RESULTS/profiles, and every later validation of those runs reads the
     same ones instead of measuring what this machine gives at that later time."""
     import contextlib
-    import importlib.util
 
     from ddlbench import record
 
-    spec = importlib.util.spec_from_file_location("predict_validation", Path(__file__).parents[2] / "benchmarks"
-                                                  / "predict_validation.py")
-    validation = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(validation)
+    validation = _validation()
     fixed = cli.load_profile("tiny-resnet", 8, 100.0)
     measures = []
     monkeypatch.setattr(profile, "_neighbours", lambda *a: contextlib.nullcontext(lambda: None))
