@@ -140,13 +140,13 @@ def run_threads(rec: dict) -> int:
     return int(t) if t else threads_for(rec["workers"] + (rec.get("servers") or 0))
 
 
-def run_copy(results: str, rec: dict) -> tuple[float, float, str]:
-    """The copies of a fused message on the CPU at `rec`'s threads, one worker alone
+def run_copy(results: str, threads: int) -> tuple[float, float, str]:
+    """The copies of a fused message on the CPU at a run's `threads`, one worker alone
     (profile.measure_copy), kept in `profiles_dir` with the bench's other calibrations: measured
     as the bench finishes (`calibrate`), or by the first validation of records without one, and
     read back by every later one (measured live, a validation moved BSP-A2A's, DDP's and
     MG-WFBP's medians 1-2 points between identical invocations)."""
-    return profile.measure_copy("cpu", run_threads(rec), cache_dir=profiles_dir(results))
+    return profile.measure_copy("cpu", threads, cache_dir=profiles_dir(results))
 
 
 def with_run_copy(prof, rec: dict, results: str):
@@ -158,7 +158,7 @@ def with_run_copy(prof, rec: dict, results: str):
     if rec.get("device") != "cpu":
         return prof
     threads = run_threads(rec)
-    tensor_s, bps, source = run_copy(results, rec)
+    tensor_s, bps, source = run_copy(results, threads)
     cores = rec.get("host_cores") or hostcpu.cores()
     share = max(1.0, rec["workers"] * threads / cores)
     return prof.with_copy(tensor_s * share, bps / share,
@@ -343,11 +343,11 @@ def calibrate(results: str) -> int:
         setup_profiles(results, r, base[0])
         setup_machinery(results, r)
         if r.get("device") == "cpu":
-            run_copy(results, r)
+            run_copy(results, run_threads(r))
     for r, base in calibrating_runs(recs):
         thread_profiles(results, base[0], r)
-    return len(list(profiles_dir(results).glob("*-measured.json")) +
-               list(profiles_dir(results).glob("*-machinery.json")) + list(profiles_dir(results).glob("copy-*.json")))
+    where = profiles_dir(results)
+    return sum(len(list(where.glob(kept))) for kept in ("*-measured.json", "*-machinery.json", "copy-*.json"))
 
 
 def local(results: str, local_network: str | None) -> tuple[dict, dict, list, dict, dict]:

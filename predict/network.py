@@ -536,12 +536,16 @@ def emulated_wire(link: Link, rate_bps: float, data: dict | None) -> tuple[Link,
     pairs = [(float(n), float(t)) for n, t in zip(data["bytes"], data["time_s"]) if float(t) > 0] if data else []
     if not pairs:
         return replace(link, beta_s_per_byte=beta), note + "; alpha as loaded"
-    # a 2-rank ring all-reduce of n bytes: t = 2 alpha + n beta (per link); alpha minimising
-    # sum(((2 alpha + n beta - t) / t)^2)
-    two_alpha = sum((t - beta * n) / t ** 2 for n, t in pairs) / sum(1 / t ** 2 for _, t in pairs)
-    alpha = max(0.0, two_alpha / 2)
+    # a 2-rank ring all-reduce of n bytes: t = 2 alpha + n beta (per link)
+    alpha = intercept_at_slope(pairs, beta) / 2
     return replace(link, alpha_s=alpha, beta_s_per_byte=beta), \
         note + f"; alpha {alpha:.4g} s per link refitted to the {len(pairs)} all-reduce sizes with that beta"
+
+
+def intercept_at_slope(pairs: list[tuple[float, float]], slope: float) -> float:
+    """The a >= 0 of t = a + slope x n through (n, t) pairs, by least relative squares (minimising
+    sum(((a + slope n - t) / t)^2)), the slope held fixed (a tc wire's)."""
+    return max(0.0, sum((t - slope * n) / t ** 2 for n, t in pairs) / sum(1 / t ** 2 for _, t in pairs))
 
 
 def emulated_by_ranks(wire: Link, data: dict | None, name: str = "emulated") -> tuple[dict, str]:
@@ -568,8 +572,7 @@ def emulated_by_ranks(wire: Link, data: dict | None, name: str = "emulated") -> 
         if w < 3 or not pairs:
             continue
         b = 2 * (w - 1) / w * wire.beta_s_per_byte
-        a = max(0.0, sum((t - b * n) / t ** 2 for n, t in pairs) / sum(1 / t ** 2 for _, t in pairs))
-        out[w], sized[w] = Link(a, b), len(pairs)
+        out[w], sized[w] = Link(intercept_at_slope(pairs, b), b), len(pairs)
     notes = [f"{w} ranks {out[w].alpha_s * 1e3:.3f} ms ({sized[w]} sizes)" for w in sorted(out)]
     note = ("all-reduces of 3 or more ranks: the ring's slope through the tc wire, the intercept refitted to "
             "make commbench's times at that many ranks (data_by_ranks): " + "; ".join(notes)) if out else ""
@@ -684,13 +687,13 @@ def emulated_lanes(cluster: "Cluster", data: dict) -> dict:
             numels = _gradient_numels(model)
             alone = [cluster.allreduce_s(4 * n, int(ranks), "ring") for n in numels]  # fp32
             link_bytes = [ring_link_bytes(4 * n, int(ranks)) for n in numels]
-            measured_s, pace_s = float(d["measured_s"]), float(d.get("pace_s") or 0.0)
-            if d.get("burst_measured_s") is not None and not float(d["burst_measured_s"]) > 0:
+            measured_s, pace_s, burst = float(d["measured_s"]), float(d.get("pace_s") or 0.0), d.get("burst_measured_s")
+            if burst is not None and not float(burst) > 0:
                 raise ValueError(f"network {cluster.name!r}: data_lanes {ranks} {model}: burst_measured_s "
-                                 f"{d['burst_measured_s']!r} is invalid; accepted: > 0 seconds")
-            if pace_s and d.get("burst_measured_s") is not None and \
+                                 f"{burst!r} is invalid; accepted: > 0 seconds")
+            if pace_s and burst is not None and \
                     not paced_round_tells(alone, measured_s, GLOO_THREADS, pace_s, cluster.inter, link_bytes):
-                measured_s, pace_s = float(d["burst_measured_s"]), 0.0
+                measured_s, pace_s = float(burst), 0.0
             speeds.append(lane_speed(alone, measured_s, GLOO_THREADS, cluster.inter, link_bytes, pace_s))
         if speeds:
             out[int(ranks)] = statistics.median(speeds)

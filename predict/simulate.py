@@ -1204,9 +1204,8 @@ def run_groups(profile: Profile, group_bytes) -> list[list[int]]:
         if got != want or not group:
             break
         groups.append(group)
-    else:
-        if j == len(order):
-            return groups
+    if len(groups) == len(group_bytes) and j == len(order):
+        return groups
     raise ValueError(f"MG-WFBP groups {list(group_bytes)!r} (bytes, in send order) do not partition {profile.model}'s "
                      f"{len(order)} gradients ({sum(tensor_bytes)} B) in their ready order; accepted: consecutive "
                      f"groups that add up to them")
@@ -1427,8 +1426,8 @@ def host_cpu_s(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg: d
         # what leaves with backward's last gradient finds no compute left to take the cores from
         ready = [profile.ready_s[i] for i in bytescheduler_units(profile, cfg)[1]] if p.bytescheduler else \
             [max(profile.ready_s[i] for i in m) for m in p.messages]
-        last = max(ready)
-        return workers * sum(hc.allreduce_s(n * esize, workers, leader_orders(p, opts))
+        last, ordered = max(ready), leader_orders(p, opts)
+        return workers * sum(hc.allreduce_s(n * esize, workers, ordered)
                              for n, t in zip(numels, ready) if t < last) / hc.cores
     machines, g = cluster.nodes(workers)
     parts = plan(numels, esize, int(cfg["partition_bytes"]), opts.servers or machines)
