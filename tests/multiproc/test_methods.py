@@ -150,10 +150,16 @@ def regrouped(rec, **rule):
 
 
 def test_mgwfbp_sends_fewer_larger_messages_matching_its_recorded_groups(runs):
+    from ddlbench.methods.mgwfbp import fit_alpha_beta
+
     rec = runs[("tiny-resnet", "mg-wfbp")]
     n_tensors = len(rec["tensor_bytes"])
     assert 1 < len(rec["groups"]) < n_tensors
-    assert rec["alpha_s"] == 2e-5 and rec["beta_s_per_byte"] > 0 and len(rec["tb_s"]) == n_tensors
+    assert rec["alpha_s"] == 2e-5 and len(rec["tb_s"]) == n_tensors
+    # beta is fitted from the start-up microbenchmark. On a loaded CI machine loopback's
+    # all-reduces can show no slope, and the fit's clamp then gives 0, which is correct.
+    fitted_beta = fit_alpha_beta(*zip(*rec["microbenchmark"]))[1]
+    assert rec["beta_s_per_byte"] == pytest.approx(fitted_beta) and rec["beta_s_per_byte"] >= 0
     assert rec["profile_clock"] == "host" and rec["warnings"] == []  # CPU workers; alpha given, not fitted
     # The study's small-group rule (8,192 elements) is in force and did work here: the paper's
     # rule alone would have sent a group of fewer elements before the last.
