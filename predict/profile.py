@@ -237,14 +237,16 @@ class _Marks:
 
 
 class _Hooked:
-    """`w`'s model with hooks that take `mark()` (registered once, removed on exit): `run(batch)`
-    is one forward and backward pass and returns its marks, none of them read."""
+    """`w`'s model with hooks that take `mark()` (registered on entry and by `attach`, removed by
+    `detach` and on exit): `run(batch)` is one forward and backward pass and returns its marks,
+    none of them read; `run_plain(batch)` is one without hooks and marks."""
 
     def __init__(self, w, mark):
         self.w, self.mark = w, mark
         self.named = [(n, p) for n, p in w.model.named_parameters() if p.requires_grad]
         index = {id(p): i for i, (_, p) in enumerate(self.named)}
         self.marks: _Marks | None = None
+        self.handles = []
 
         def pre_hook(module, args):
             m = self.marks
@@ -261,17 +263,28 @@ class _Hooked:
                     m.order.append(i)
             return hook
 
-        self.handles = [mod.register_forward_pre_hook(pre_hook) for mod in w.model.modules()]
-        self.handles += [p.register_post_accumulate_grad_hook(grad_hook(i)) for i, (_, p) in enumerate(self.named)]
+        self._pre_hook, self._grad_hooks = pre_hook, [grad_hook(i) for i in range(len(self.named))]
+        self.attach()
+
+    def attach(self) -> None:
+        if not self.handles:
+            self.handles = [mod.register_forward_pre_hook(self._pre_hook) for mod in self.w.model.modules()]
+            self.handles += [p.register_post_accumulate_grad_hook(h) for (_, p), h in zip(self.named, self._grad_hooks)]
+
+    def detach(self) -> None:
+        for h in self.handles:
+            h.remove()
+        self.handles = []
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        for h in self.handles:
-            h.remove()
+        self.detach()
 
     def run(self, batch) -> _Marks:
+        if not self.handles:
+            raise RuntimeError("a hooked pass with its hooks detached")
         mark = self.mark
         m = self.marks = _Marks(None, None, None, [None] * len(self.named), {}, [])
         m.forward = mark()
@@ -280,6 +293,11 @@ class _Hooked:
         loss.backward()
         m.end = mark()
         return m
+
+    def run_plain(self, batch) -> None:
+        if self.handles:
+            raise RuntimeError("a plain pass with its hooks attached")
+        self.w.loss(self.w.model, batch).backward()
 
     def profile(self, model: str, m: _Marks, seconds) -> "Profile":
         """The profile of one pass's marks, `seconds(start, end)` apart."""
@@ -309,8 +327,9 @@ def buffer_buckets(module) -> list[int]:
 
 
 # How a GPU profile is timed, in its source; a cached GPU profile without it was timed otherwise
-# (a synchronisation in every hook, then a batch made in every iteration) and is measured again.
-CUDA_HOOKS = "hooks (CUDA events read after the window, batches made first)"
+# (a synchronisation in every hook, then a batch made in every iteration, then scaled to the
+# hooked iterations) and is measured again.
+CUDA_HOOKS = "hooks (CUDA events read after the window, batches made first, scaled to iterations without hooks)"
 PROFILE_BATCHES = 2        # a measured profile cycles this many batches, made before it is timed
 WINDOW_S = 3.0             # a measured profile covers at least this long (hundreds of scheduler slices)
 NEIGHBOUR_START_S = 300.0  # a neighbour builds its model and runs two steps within this, or the measurement fails
@@ -322,11 +341,12 @@ def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, 
     """The profile measured on `device` by one worker (PROFILE_FROM=measured): forward and backward
     per layer from the hooks of `_Hooked` (host times on the CPU; on a GPU CUDA events read
     after the window, never a synchronisation in a hook: `_measure`), the medians over at least `iters`
-    passes after `warmup` and at least WINDOW_S seconds, scaled to the mean whole iteration over
-    that window (a throughput is a mean: on a shared machine an iteration is either untouched or
-    waits out others' time slices); the momentum-SGD step timed whole and shared by parameter
-    size; every iteration's wall time kept (`iteration_s`: their spread is what synchronised
-    workers wait for, `Profile.sync_factor`). Its one-worker throughput is its own (batch /
+    hooked passes after `warmup`, scaled to the mean whole iteration of as many plain ones (no
+    hooks: what hooks cost is not the model's), alternating over at least WINDOW_S seconds (a
+    throughput is a mean: on a shared machine an iteration is either untouched or waits out
+    others' time slices); the momentum-SGD step timed whole and shared by parameter size; every
+    plain iteration's wall time kept (`iteration_s`: their spread is what synchronised workers
+    wait for, `Profile.sync_factor`). Its one-worker throughput is its own (batch /
     compute). On the CPU, `threads`: the intra-op threads one worker of the predicted run will
     have (the launchers share the cores out, config.threads_for), else this process's;
     `sharers`: the workers of that run on this machine's cores (CLUSTER=local and emulated: all
@@ -366,7 +386,8 @@ def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, 
     of = (f"; the median compute of {repeats} measurements ("
           + ", ".join(f"{p.compute_s * 1e3:.1f}" for p in tries) + " ms)") if repeats > 1 else ""
     out.source = f"measured: one worker on {device}{f' at {threads} threads' if threads else ''}{beside}, {hooks}, " \
-                 f"per-layer medians scaled to the mean iteration over >= {iters} iterations and {WINDOW_S:g} s{of}"
+                 f"per-layer medians of >= {iters} hooked iterations scaled to the mean of >= {iters} plain ones " \
+                 f"(alternating, over >= {WINDOW_S:g} s){of}"
     if cache:
         _write_cached(path, out)
     return out
@@ -704,14 +725,15 @@ def machinery_s(model: str, local_batch: int, threads: int | None = None, sharer
 
 def _measure(model: str, local_batch: int, dev, iters: int, warmup: int, min_window_s: float = 0.0,
              clock=None):
-    """(profile of per-layer medians, every iteration's wall time) over at least `iters`
-    iterations after `warmup` and at least `min_window_s` seconds. Every time comes from
+    """(profile of per-layer medians, every plain iteration's wall time) over at least `iters`
+    hooked and `iters` plain iterations, alternating, after `warmup` and at least `min_window_s`
+    seconds. Every time comes from
     `clock` (methods.mgwfbp.clock_for, as MG-WFBP profiles: the host's on a CPU; on a GPU a CUDA
     event per mark, recorded on the stream the kernels run on and read after the window, so the
     hooks never wait for the device and the iterations keep the overlap of kernel launches with
     the device's work that a run has. Synchronising in every hook instead measured ResNet-50 at
     batch 64 on an H100 at 1,036 samples/s, against 1,650 for ddlbench's one worker). The hooks
-    are registered once, before the window, not in every timed iteration."""
+    are registered before a hooked iteration's first mark and removed before a plain one's."""
     import time
 
     import torch
@@ -727,26 +749,41 @@ def _measure(model: str, local_batch: int, dev, iters: int, warmup: int, min_win
     # batches made before the clock, as the run makes them (driver): making one (ResNet-50 at 64:
     # 38 MB drawn on the host, then copied) inside the loop starves the GPU at every iteration start
     batches = [w.make_batch(0, 0, b, dev) for b in range(PROFILE_BATCHES)]
-    timed = []  # per measured iteration: (its pass's marks, step start, iteration start, iteration end)
+    # Iterations alternate: hooked ones give each layer's times, plain ones (no hooks, no marks
+    # but the iteration's own) the whole iteration. Hooks cost host time, a mark each: on a GPU
+    # whose launches keep only just ahead, that time idles it. ResNet-50 at batch 64 on an H200,
+    # every iteration hooked, iterated at 0.77 of the run's rate (1,506 against 1,949 samples/s);
+    # alternating, the plain iterations read 32.0-32.3 ms, and the hooked ones' layers summed to
+    # 32.6 ms, the launches kept ahead by the plain iterations' slack.
+    timed = []  # per measured hooked iteration: (its pass's marks, step start, step end)
+    plain = []  # per measured plain iteration: (iteration start, step start, iteration end)
     it, since = 0, None
     with on_gpu, _Hooked(w, clock.mark) as hooked:
-        while it < warmup + iters or time.perf_counter() - since < min_window_s:
+        while (it < warmup or min(len(timed), len(plain)) < iters
+               or time.perf_counter() - since < min_window_s):
             batch = batches[it % PROFILE_BATCHES]
             if it == warmup:
                 since = time.perf_counter()
+            with_hooks = it % 2 == 0
+            if with_hooks:  # (un)registering is host work before the iteration's first mark
+                hooked.attach()
+            else:
+                hooked.detach()
             start = clock.mark()
             opt.zero_grad(set_to_none=True)
-            marks = hooked.run(batch)
+            marks = hooked.run(batch) if with_hooks else hooked.run_plain(batch)
             t = clock.mark()
             opt.step()
             end = clock.mark()
-            if it >= warmup:
-                timed.append((marks, t, start, end))
+            if it >= warmup and with_hooks:
+                timed.append((marks, t, end))
+            elif it >= warmup:
+                plain.append((start, t, end))
             it += 1
         clock.settle()
-    runs = [hooked.profile(model, marks, clock.seconds) for marks, _, _, _ in timed]
-    steps = [clock.seconds(t, end) for _, t, _, end in timed]
-    whole = [clock.seconds(start, end) for _, _, start, end in timed]
+    runs = [hooked.profile(model, marks, clock.seconds) for marks, _, _ in timed]
+    steps = [clock.seconds(t, end) for _, t, end in timed + plain]
+    whole = [clock.seconds(start, end) for start, _, end in plain]
     mid = statistics.median
     first, total = runs[0], sum(runs[0].numels)
     step_s = mid(steps)
