@@ -231,14 +231,28 @@ def _chain(n, gpu, scales):
 def test_event_clock_turns_event_times_into_backward_times():
     costs_ms = [2.0, 0.5, 4.0, 1.0]  # backward cost of layer 0..3; layer 3's gradient comes first
     gpu = _SimulatedGPU(costs_ms)
-    # Pass 0 warms up (100x, must be dropped); the timed passes run at 1x, 3x, 2x: median 2x.
-    params, make_loss = _chain(4, gpu, scales=[100, 1, 3, 2])
+    # Passes alternate hooked and plain. The first two warm up (100x, must be dropped); the
+    # timed ones run at 1x, 3x, 2x: median 2x.
+    params, make_loss = _chain(4, gpu, scales=[100, 100, 1, 1, 3, 3, 2, 2])
     clock = CudaEventClock(torch.device("cpu"), event=gpu.Event, synchronize=gpu.synchronize)
     order, tb_s = profile_backward(params, make_loss, 3, clock)
     assert order == [3, 2, 1, 0]
     assert tb_s == pytest.approx([2 * costs_ms[i] / 1e3 for i in order])  # ms -> s
-    assert gpu.syncs == 4  # once per pass, before any event is read
+    assert gpu.syncs == 8  # once per pass, before any event is read
     assert all(p.grad is None for p in params)
+
+
+def test_backward_times_are_scaled_to_the_plain_passes_length():
+    """A hooked pass pays for its marks, a plain one in between does not: the hooked passes give
+    each gradient's share, the plain passes' median backward the total. Stand-in: hooked passes
+    3x as long as plain ones (1x, 2x, 1x, median 1x)."""
+    costs_ms = [2.0, 0.5, 4.0, 1.0]
+    gpu = _SimulatedGPU(costs_ms)
+    params, make_loss = _chain(4, gpu, scales=[100, 100, 3, 1, 3, 2, 3, 1])
+    clock = CudaEventClock(torch.device("cpu"), event=gpu.Event, synchronize=gpu.synchronize)
+    order, tb_s = profile_backward(params, make_loss, 3, clock)
+    assert tb_s == pytest.approx([costs_ms[i] / 1e3 for i in order])
+    assert sum(tb_s) == pytest.approx(sum(costs_ms) / 1e3)
 
 
 def test_host_clock_on_cpu_sees_real_backward_time():
@@ -254,11 +268,12 @@ def test_host_clock_on_cpu_sees_real_backward_time():
             time.sleep(self.costs_ms[1 - self.step % 2] / 1e3)
             self.step += 1
 
-    params, make_loss = _chain(2, Sleeper(), scales=[1, 1, 1, 1])
+    params, make_loss = _chain(2, Sleeper(), scales=[1] * 8)
     order, tb_s = profile_backward(params, make_loss, 3, HostClock())
     assert order == [1, 0]
-    # each gradient waited for its own op's sleep, at least (sleep never returns early)
-    assert tb_s[0] >= 5e-3 and tb_s[1] >= 30e-3
+    # the plain passes waited for both sleeps at least (sleep never returns early); each
+    # gradient its own op's share
+    assert sum(tb_s) >= 35e-3 and 4 < tb_s[1] / tb_s[0] < 8
 
 
 def test_clock_follows_the_device():
