@@ -263,6 +263,19 @@ def setup_machinery(results: str, run: dict) -> float:
                                cache_dir=profiles_dir(results), rounds=MACHINERY_ROUNDS)["machinery_s"]
 
 
+def run_launch(results: str, run: dict) -> float:
+    """What the runtime's launch of an eager all-reduce costs a worker's thread beyond make
+    commbench's bare launch, per message, at the run's threads (profile.measure_launch, kept in
+    `profiles_dir` with the bench's other calibrations): `simulate.Options.launch_s`. 0 off the
+    CPU, where launches overlap the device's work."""
+    from ddlbench.predict import profile
+
+    if run.get("device") != "cpu":
+        return 0.0
+    return profile.measure_launch(run["model"], run["local_batch"], threads=run_threads(run),
+                                  cache_dir=profiles_dir(results))[0]
+
+
 def machinery_table(results: str) -> str | None:
     """The machinery timings kept in `profiles_dir` (`setup_machinery`), one row each, as the
     predictions of the runs sharing the cores used them; None where there are none."""
@@ -335,19 +348,21 @@ def ok_records(results: str) -> list[dict]:
 
 
 def calibrate(results: str) -> int:
-    """Measure now the profiles, machinery timings and copy timings that calibrate the runs under
-    `results` (`setup_profiles`, `setup_machinery`, `run_copy`, into `profiles_dir`; ones
-    already there are kept): how many are there."""
+    """Measure now the profiles, machinery timings, copy and launch timings that calibrate the
+    runs under `results` (`setup_profiles`, `setup_machinery`, `run_copy`, `run_launch`, into
+    `profiles_dir`; ones already there are kept): how many are there."""
     recs = ok_records(results)
     for r, base in setups(recs):
         setup_profiles(results, r, base[0])
         setup_machinery(results, r)
         if r.get("device") == "cpu":
             run_copy(results, run_threads(r))
+            run_launch(results, r)
     for r, base in calibrating_runs(recs):
         thread_profiles(results, base[0], r)
     where = profiles_dir(results)
-    return sum(len(list(where.glob(kept))) for kept in ("*-measured.json", "*-machinery.json", "copy-*.json"))
+    return sum(len(list(where.glob(kept))) for kept in ("*-measured.json", "*-machinery.json", "copy-*.json",
+                                                          "*-launch.json"))
 
 
 def local(results: str, local_network: str | None) -> tuple[dict, dict, list, dict, dict]:
@@ -407,6 +422,7 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
         by_itself, beside = setup_profiles(results, r, base[0])
         stack_opts = cli.study_opts((r.get("config") or {}).get("profile", {}).get("name", "local"), stack="ddlbench",
                                     backend=r.get("backend"), ps_topology=record_ps_topology(r))
+        stack_opts = replace(stack_opts, launch_s=run_launch(results, r))
         cfg = simulate.method_config(r["method"], stack_opts.bytescheduler_ps)
         placed = record_cluster(r, net)  # the network in the run's shape
         mine = own.get((*key, r["method"], one_worker_link(r["method"], net)))  # its one-worker runs

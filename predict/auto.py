@@ -119,8 +119,9 @@ def resolve(model: str, workers: int, local_batch: int, net: "str | network.Clus
     the model's would make it lose more than another; `tied`: those the model does not rank apart
     from it), every method's prediction (a measured CPU profile at `threads`, each worker's share,
     beside `sharers - 1` other workers on this machine's cores, and there ByteScheduler's
-    machinery measured beside them too, `profile.machinery_s`; PS methods in `ps_topology`, by
-    default their configs'), and the overrides that run the winner as it was predicted."""
+    machinery measured beside them too, `profile.machinery_s`, and an eager all-reduce's launch,
+    `profile.measure_launch`; PS methods in `ps_topology`, by default their configs'), and the
+    overrides that run the winner as it was predicted."""
     opts = cli.study_opts(run_profile, stack=stack, backend=default_backend(device), ps_topology=ps_topology)
     prof = prof or cli.load_profile(model, local_batch, one_worker, profile_from, device, threads, sharers)
     if sharers > 1 and stack == "ddlbench" and any(
@@ -129,6 +130,14 @@ def resolve(model: str, workers: int, local_batch: int, net: "str | network.Clus
         from . import profile
 
         opts = replace(opts, bytescheduler_cpu_s=profile.machinery_s(model, local_batch, threads, sharers)["machinery_s"])
+    if sharers > 1 and stack == "ddlbench" and device == "cpu" and any(
+            simulate.method_config(m, opts.bytescheduler_ps)["schedule"] in ("wfbp", "mgwfbp")
+            and simulate.method_config(m, opts.bytescheduler_ps)["architecture"] == "a2a" for m in methods):
+        # where the workers hold every core, an eager all-reduce's launch is CPU the iteration needs
+        from . import profile
+
+        opts = replace(opts, launch_s=profile.measure_launch(model, local_batch, threads,
+                                                             cache_dir=profile.CACHE_DIR)[0])
     preds, prof, cluster = cli.predict(model, [workers], net, methods, local_batch, None, opts, explain=workers > 1,
                                        prof=prof)
     ties = cli.fastest_tied(preds, workers)

@@ -393,6 +393,129 @@ def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, 
     return out
 
 
+# measure_launch: alternating rounds of plain, WFBP and bare iterations, timed iterations per
+# round (after one untimed), and how long its process may take, start-up included
+LAUNCH_ROUNDS = 9
+LAUNCH_ITERS = 20
+LAUNCH_TIMEOUT_S = 300.0
+
+
+def measure_launch(model: str, local_batch: int, threads: int | None = None, rounds: int = LAUNCH_ROUNDS,
+                   iters: int = LAUNCH_ITERS, cache_dir: Path | None = None) -> tuple[float, str]:
+    """(seconds, source): what an eager method's launch of an all-reduce costs the worker's own
+    thread beyond the bare launch and wait that make commbench's per-tensor bursts make (whose
+    CPU `HostCpu.allreduce_s` holds), per message, on the CPU at `threads` intra-op threads (else
+    this process's). The runtime's own code: `methods.wfbp.WFBP` training `model` (its gradient
+    hooks, `AllReduce.reduce_async`'s division and Gloo launch, its waits after backward), in a
+    process of its own, over a Gloo group of one rank that the method takes for a world of two
+    (so it launches; a world of one sends nothing). Rounds of `iters` timed iterations rotate
+    through plain ones (forward, backward, one momentum-SGD step), WFBP's, and plain ones whose
+    gradients then go out as commbench's bursts send them (`dist.all_reduce(async_op=True)` each,
+    then every wait); on the thread's CPU (time.thread_time), (median WFBP iteration - median
+    bare one) per message, at least 0. A one-worker microbenchmark, nothing sent. With
+    `cache_dir`, kept there per model, batch, threads and rounds and read back after, as
+    `measure_copy`'s timing is."""
+    import multiprocessing as mp
+
+    import torch
+
+    if rounds < 3 or iters < 1:
+        raise ValueError(f"rounds={rounds!r}, iters={iters!r} are invalid; accepted: rounds >= 3 (plain, WFBP and "
+                         f"bare rotate), iters >= 1")
+    threads = threads or torch.get_num_threads()
+    path = None
+    if cache_dir is not None:
+        path = Path(cache_dir) / f"{model}-b{local_batch}-cpu-t{threads}-r{rounds}x{iters}-launch.json"
+        kept = _read_json(path)
+        if isinstance(kept, dict) and isinstance(kept.get("launch_s"), (int, float)) and kept["launch_s"] >= 0 \
+                and isinstance(kept.get("source"), str):
+            return kept["launch_s"], kept["source"]
+    spawn = mp.get_context("spawn")  # a process group of its own, whatever this process has
+    got = spawn.SimpleQueue()
+    proc = spawn.Process(target=_launch_rounds, args=(model, local_batch, threads, rounds, iters, got), daemon=True)
+    proc.start()
+    proc.join(LAUNCH_TIMEOUT_S)
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
+        raise RuntimeError(f"measure_launch took over {LAUNCH_TIMEOUT_S:g} s; its process was killed")
+    if proc.exitcode != 0 or got.empty():
+        raise RuntimeError(f"measure_launch's process exited with {proc.exitcode} and no result")
+    plain_s, wfbp_s, bare_s, messages = got.get()
+    per_message = max(0.0, wfbp_s - bare_s) / messages
+    source = (f"measured on the cpu at {threads} threads: the runtime's WFBP training {model} at batch {local_batch} "
+              f"over a Gloo group of one rank (methods.wfbp, methods.transport.AllReduce), {messages} messages an "
+              f"iteration; the thread's CPU {wfbp_s * 1e3:.2f} ms an iteration, {bare_s * 1e3:.2f} with commbench's "
+              f"bare launches, {plain_s * 1e3:.2f} plain (medians, {rounds} rotating rounds of {iters}): "
+              f"{per_message * 1e6:.1f} us a message beyond the bare launch")
+    if path is not None:
+        _write_json(path, {"launch_s": per_message, "source": source})
+    return per_message, source
+
+
+def _launch_rounds(model: str, local_batch: int, threads: int, rounds: int, iters: int, got) -> None:
+    """`measure_launch`'s process: puts the median thread CPU of a plain, a WFBP and a bare
+    iteration, and the messages of a WFBP iteration."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+    from omegaconf import OmegaConf
+
+    from ddlbench.config import conf_dir
+    from ddlbench.driver import step
+    from ddlbench.methods import plugin_class
+    from ddlbench.methods.base import Context
+    from ddlbench.trace import NullTracer
+
+    torch.set_num_threads(threads)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        cpu = torch.device("cpu")
+        plain, plain_opt = _workload(model, local_batch, cpu)
+        eager, eager_opt = _workload(model, local_batch, cpu)
+        tracer = NullTracer()
+        ctx = Context(rank=0, world=2, device=cpu, tracer=tracer, workload=eager, group=dist.group.WORLD,
+                      control=dist.group.WORLD)
+        sync = plugin_class("wfbp")(OmegaConf.load(conf_dir() / "method" / "wfbp-a2a.yaml"), ctx)
+        sync.setup(eager.model)
+        eager_opt = sync.wrap_optimizer(eager_opt)
+        batches = [plain.make_batch(0, 0, b, cpu) for b in range(PROFILE_BATCHES)]
+        params = [p for p in plain.model.parameters() if p.requires_grad]
+
+        def plain_step(it: int) -> None:
+            plain_opt.zero_grad(set_to_none=True)
+            plain.loss(plain.model, batches[it % PROFILE_BATCHES]).backward()
+            plain_opt.step()
+
+        def bare_step(it: int) -> None:  # as make commbench's per-tensor bursts launch and wait
+            plain_opt.zero_grad(set_to_none=True)
+            plain.loss(plain.model, batches[it % PROFILE_BATCHES]).backward()
+            for work in [dist.all_reduce(p.grad, async_op=True) for p in reversed(params)]:
+                work.wait()
+            plain_opt.step()
+
+        def eager_step(it: int) -> None:
+            step(eager.model, eager, sync, eager_opt, batches[it % PROFILE_BATCHES], it, tracer)
+
+        kinds = (plain_step, eager_step, bare_step)
+        cpu_s: dict = {one: [] for one in kinds}
+        it = 0
+        for r in range(rounds):
+            one = kinds[r % len(kinds)]
+            for k in range(1 + iters):  # the first untimed
+                t0 = time.thread_time()
+                one(it)
+                if k:
+                    cpu_s[one].append(time.thread_time() - t0)
+                it += 1
+        messages = len(sync.groups)
+        sync.close()
+    finally:
+        dist.destroy_process_group()
+    got.put(tuple(statistics.median(cpu_s[one]) for one in kinds) + (messages,))
+
+
 # measure_copy's two layouts of a fused message, (tensors, fp32 elements each): many small ones
 # (the per-tensor cost) and a few large ones, larger than a CPU's caches (the bandwidth)
 COPY_LAYOUTS = ((64, 16), (4, 1 << 21))

@@ -102,6 +102,10 @@ but for PS on the emulated cluster's links, below):
   share of its time till backward ends (none on a loopback; `Lanes.starve`), and takes no cores from it;
   ByteScheduler's, which overlap the next forward, till a forward's length after it (its
   pieces hold the cores as backward does: as if it computed first, then the messages ran);
+- where those all-reduces starve, an eager method's iteration takes at least its compute plus
+  every message's CPU (commbench's per worker, and what the runtime's launch from a gradient
+  hook adds, `Options.launch_s`) at the cores' share, W / cores (`cpu_floor_s`): the lanes time
+  the all-reduces after backward, the floor bounds the rank's whole CPU;
 - a per-machine PS node of several workers on one machine's cores (a local run): its stage per
   message is at least what make commbench's node bursts took per key (`Cluster.node_ps_s`: the
   node's reduce, the leader's control message, push, pull and broadcast, as the runtime's
@@ -365,6 +369,10 @@ class Options:
                                     # what it adds to one worker's iteration beside the others,
                                     # taken from compute as the messages' CPU is; from one worker
                                     # beside W-1 neighbours (`profile.machinery_s`); 0: not modelled
+    launch_s: float = 0.0           # what an eager method's launch of an all-reduce costs the worker's
+                                    # thread beyond make commbench's bare launch (`HostCpu.allreduce_s`
+                                    # holds that), per message; from a one-worker run of the runtime's
+                                    # WFBP (`profile.measure_launch`); 0: not modelled (`cpu_floor_s`)
     server_contention: bool = True  # False: a what-if for `explain`: each server link carries one
                                     # machine's bytes and summing is free
     mgwfbp_alpha_beta: tuple[float, float] | None = None  # MG-WFBP's alpha, beta as a run resolved
@@ -390,9 +398,9 @@ class Options:
                                                        and all(v >= 0 for v in self.mgwfbp_alpha_beta)):
             raise ValueError(f"mgwfbp_alpha_beta={self.mgwfbp_alpha_beta!r} is invalid; accepted: (alpha_s, "
                              f"beta_s_per_byte), both >= 0, or None")
-        for knob in ("bytescheduler_unit_s", "bytescheduler_cpu_s"):
+        for knob in ("bytescheduler_unit_s", "bytescheduler_cpu_s", "launch_s"):
             value = getattr(self, knob)
-            if not value >= 0 or (value and self.stack != "ddlbench"):
+            if not 0 <= value < math.inf or (value and self.stack != "ddlbench"):
                 raise ValueError(f"{knob}={value!r} with stack={self.stack!r} is invalid; accepted: >= 0 seconds, "
                                  f"and 0 but with stack ddlbench (this runtime's machinery)")
         groups = self.mgwfbp_group_bytes
@@ -1296,7 +1304,31 @@ def _simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opt
         else:
             f0 = max(b_end, max(done)) + unpack_s(p, profile) + sum(profile.update_s)
     starts.append(f0)
-    return Result(method, workers, starts[-1] - starts[-2], compute_s)
+    return Result(method, workers, max(starts[-1] - starts[-2], cpu_floor_s(p, profile, cluster, workers, opts)),
+                  compute_s)
+
+
+def cpu_floor_s(p: Plan, profile: Profile, cluster: Cluster, workers: int, opts: Options) -> float:
+    """Where eager all-reduces starve (`starves`: the workers hold every core of the machine
+    they share), an iteration takes at least its compute (measured beside the others, so
+    already their share of the cores) plus every message's CPU at that share, W / cores: the
+    machine's busy CPU per worker that make commbench's bursts measured (`HostCpu.allreduce_s`:
+    Gloo's threads, the kernel's networking, commbench's own launch) and what the runtime's
+    launch adds to that (`Options.launch_s`). The lanes (`Lanes.starve`) time those all-reduces
+    after backward; this bounds the whole. Local 2-worker WFBP-A2A runs of tiny-resnet on 2
+    cores: an iteration was the rank's whole CPU to 1-2 ms (its record's per-thread CPU: the main
+    thread 2.5-4.75 ms more than BSP-A2A's, Gloo's loop threads 6-8 ms), where the lanes alone
+    had 7 ms after backward. DDP's buckets count commbench's part only: its reducer launches them
+    from C++, not through the runtime's hooks. 0 elsewhere (PS, BSP, ByteScheduler: their CPU is
+    charged as `host_cpu_s` says), and where commbench measured no all-reduce CPU."""
+    hc = cluster.host_cpu
+    if not p.eager or p.ps or p.bytescheduler or workers < 2 or hc is None or \
+            not starves(cluster, workers, opts.algorithm) or hc.allreduce_s(0, workers) is None:
+        return 0.0
+    launch_s = 0.0 if p.buffer_sync else opts.launch_s  # DDP's reducer launches its buckets from C++
+    per_message = [hc.allreduce_s(sum(profile.numels[i] for i in m) * profile.element_size, workers) + launch_s
+                   for m in p.messages]
+    return profile.compute_s + sum(per_message) * workers / hc.cores
 
 
 def forward_with_updates(profile: Profile, order_by_need: list[int], f0: float,

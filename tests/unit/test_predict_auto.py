@@ -847,16 +847,23 @@ def test_auto_bad_inputs_are_one_line_errors_before_any_work(monkeypatch, capsys
 def test_auto_beside_other_workers_charges_bytescheduler_its_machinery_measured_there(monkeypatch):
     """Workers sharing this machine's cores (sharers > 1): ByteScheduler's machinery, measured
     beside them at the run's threads (profile.machinery_s), slows its predictions, and only
-    theirs; alone (sharers 1) nothing is measured."""
-    asked = []
+    theirs; the eager all-reduces' launch cost is measured for them; alone (sharers 1) nothing
+    is measured."""
+    asked, launches = [], []
     monkeypatch.setattr(profile, "machinery_s", lambda *a, **k: asked.append(a) or {"machinery_s": 0.05})
+    # and an eager all-reduce's launch (profile.measure_launch), kept in the profiles' cache
+    monkeypatch.setattr(profile, "measure_launch", lambda *a, **k: launches.append((a, k)) or (1e-4, "fixed"))
     slow = Cluster("slow", intra=None, inter=Link(1e-3, 8e-9), gpus_per_node=1)
     methods = ("bytescheduler-a2a", "wfbp-a2a")
     alone = auto.resolve("tiny-resnet", 2, 4, slow, "derived", prof=toy_profile(), methods=methods)
-    assert asked == []
+    assert asked == [] and launches == []
     beside = auto.resolve("tiny-resnet", 2, 4, slow, "derived", prof=toy_profile(), methods=methods, threads=1,
                           sharers=2)
     assert asked == [("tiny-resnet", 4, 1, 2)]
+    assert launches == [(("tiny-resnet", 4, 1), {"cache_dir": profile.CACHE_DIR})]
+    auto.resolve("tiny-resnet", 2, 4, slow, "derived", prof=toy_profile(), methods=("bytescheduler-a2a", "wfbp-ps"),
+                 threads=1, sharers=2)
+    assert len(launches) == 1  # no eager all-reduce among them: nothing measured
     assert beside["predicted"]["wfbp-a2a"] == alone["predicted"]["wfbp-a2a"]
     opts = replace(cli.study_opts("local", "ddlbench", backend="gloo"), bytescheduler_cpu_s=0.05)
     expected = simulate.simulate("bytescheduler-a2a", toy_profile(), slow, 2, opts).samples_per_sec(4)

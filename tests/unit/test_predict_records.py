@@ -18,6 +18,18 @@ def _measured(method="bsp-a2a", workers=2, sps=10.0):
             "samples_per_sec_per_repeat": [sps]}
 
 
+LAUNCH_S = 1e-4  # the runtime's launch beyond commbench's, per message, in these tests (see below)
+
+
+@pytest.fixture(autouse=True)
+def fixed_launch(request, monkeypatch):
+    """The validation measures the runtime's launch cost per bench (profile.measure_launch, a
+    process of its own for some seconds): here a fixed one, but for the tests marked
+    `real_launch`, which measure it."""
+    if "real_launch" not in request.keywords:
+        monkeypatch.setattr(profile, "measure_launch", lambda *a, **k: (LAUNCH_S, "fixed by the test"))
+
+
 def _validation():
     """benchmarks/predict_validation.py as a module (it is a script, not a package module)."""
     import importlib.util
@@ -497,6 +509,28 @@ def test_a_neighbour_that_cannot_start_says_why(monkeypatch):
         profile.measured("tiny-resnet", 8, "cpu", threads=1, sharers=2, cache=False)
 
 
+def test_the_validation_predicts_cpu_runs_with_their_benchs_launch_cost(tmp_path, monkeypatch):
+    """Every prediction of a CPU run gets the runtime's launch cost its bench kept
+    (`run_launch`: profile.measure_launch at the run's threads; LAUNCH_S here); a GPU run none."""
+    from ddlbench import record
+
+    validation = _validation()
+    fixed = cli.load_profile("tiny-resnet", 8, 100.0)
+    monkeypatch.setattr(profile, "measured", lambda *a, **k: fixed)
+    monkeypatch.setattr(profile, "measure_copy", lambda device, threads, **k: (2e-5, 1e9, f"fixed at {threads}"))
+    seen = []
+    real = cli.predict
+    monkeypatch.setattr(cli, "predict", lambda *a, **k: seen.append(a[6].launch_s) or real(*a, **k))
+    base = {"env": {"OMP_NUM_THREADS": "1"}, "host_cores": 2}
+    record.write(tmp_path, {**_measured("bsp-a2a", 1, 100.0), **base})
+    record.write(tmp_path, {**_measured("wfbp-a2a", 2, 150.0), **base})
+    record.write(tmp_path, {**_measured("mg-wfbp", 2, 150.0), **base})
+    assert sorted(validation.local(str(tmp_path), "loopback")[0]) == ["mg-wfbp", "wfbp-a2a"]
+    assert seen and set(seen) == {LAUNCH_S}
+    assert validation.run_launch(str(tmp_path), {**_measured("wfbp-a2a", 2), "device": "cuda"}) == 0.0
+
+
+@pytest.mark.real_launch
 def test_a_bench_keeps_the_profiles_that_calibrate_its_runs_beside_them(tmp_path, monkeypatch, capsys):
     """`--calibrate-only` (the benches' last step) measures the profiles the validation rescales
     each setup with into RESULTS/profiles, and every later validation of those runs reads the
@@ -529,12 +563,21 @@ def test_a_bench_keeps_the_profiles_that_calibrate_its_runs_beside_them(tmp_path
     # beside another worker at 1 thread
     n = 2 * validation.CALIBRATION_REPEATS
     # and the fused messages' copies at the runs' 1 thread, once
-    assert len(measures) == n == 6 and "4 calibration(s)" in capsys.readouterr().out
+    # and the runtime's launch cost at the runs' 1 thread, once (profile.measure_launch)
+    assert len(measures) == n == 6 and "5 calibration(s)" in capsys.readouterr().out
     copies = len(packs)
     assert copies == len(profile.COPY_LAYOUTS) * (profile.COPY_REPEATS + 1)
+    launch = f"tiny-resnet-b8-cpu-t1-r{profile.LAUNCH_ROUNDS}x{profile.LAUNCH_ITERS}-launch.json"
     assert sorted(p.name for p in (tmp_path / "profiles").iterdir()) == \
-        [f"copy-cpu-t1-r{profile.COPY_REPEATS}.json", "tiny-resnet-b8-cpu-t1-s2-r1x40-machinery.json", "tiny-resnet-b8-cpu-t1-s2-w3-r3-measured.json",
-         "tiny-resnet-b8-cpu-t2-w3-r3-measured.json"]
+        sorted([f"copy-cpu-t1-r{profile.COPY_REPEATS}.json", "tiny-resnet-b8-cpu-t1-s2-r1x40-machinery.json",
+                "tiny-resnet-b8-cpu-t1-s2-w3-r3-measured.json", "tiny-resnet-b8-cpu-t2-w3-r3-measured.json", launch])
+    kept_launch = json.loads((tmp_path / "profiles" / launch).read_text())
+    assert kept_launch["launch_s"] >= 0 and "over a Gloo group of one rank" in kept_launch["source"]
+    import multiprocessing
+
+    def no_process(*a):
+        raise AssertionError("measured again")
+    monkeypatch.setattr(multiprocessing, "get_context", no_process)  # the launch cost is read back, not measured
     assert machinery[0]["threads"] == 1 and machinery[0]["sharers"] == 2
     # the validation's report shows the kept timing the predictions of the sharing runs used
     table = validation.machinery_table(str(tmp_path))

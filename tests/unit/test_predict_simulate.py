@@ -871,6 +871,37 @@ def test_all_reduces_wait_out_backward_where_the_workers_outnumber_the_cores():
     assert period("wfbp-a2a", toy(), wire, 4, **opts) == pytest.approx(10 + 1 / 12)
 
 
+def test_starved_eager_all_reduces_take_at_least_every_message_cpu_at_the_cores_share():
+    """`simulate.cpu_floor_s`: where eager all-reduces starve, an iteration is at least its
+    compute plus every message's CPU (commbench's per worker, 0.5 s here, and the runtime's
+    launch beyond it, `Options.launch_s`) times W / cores. The toy's 3 messages at 4 workers on
+    2 cores: 4 + 3 x (0.5 + 1) x 2 = 13 s, past the lanes' 4 + 3 x 2.25. Without a launch cost
+    the lanes bind (7 s of floor); with spare cores, for BSP, PS or ByteScheduler there is none;
+    DDP's buckets pay commbench's part only."""
+    loop = four_workers_on_two_cores()
+    opts = dict(stack="ddlbench", backend="gloo")
+    lanes = 4 + 3 * loop.allreduce_s(40_000, 4, "ring")
+    assert period("wfbp-a2a", toy(), loop, 4, **opts) == pytest.approx(lanes)
+    o = simulate.Options(launch_s=1.0, **opts)
+    plan = simulate.plan_for("wfbp-a2a", toy(), loop, 4, o)
+    assert simulate.cpu_floor_s(plan, toy(), loop, 4, replace(o, launch_s=0.0)) == pytest.approx(4 + 3 * 0.5 * 2)
+    assert simulate.cpu_floor_s(plan, toy(), loop, 4, o) == pytest.approx(13.0)
+    assert period("wfbp-a2a", toy(), loop, 4, launch_s=1.0, **opts) == pytest.approx(13.0)
+    spare = replace(loop, host_cpu=replace(loop.host_cpu, cores=5))
+    assert simulate.cpu_floor_s(plan, toy(), spare, 4, o) == 0.0
+    assert simulate.cpu_floor_s(plan, toy(), replace(loop, host_cpu=replace(loop.host_cpu, allreduce={})), 4, o) == 0.0
+    for method in ("bsp-a2a", "wfbp-ps", "bytescheduler-a2a"):
+        other = simulate.plan_for(method, toy(), loop, 4, o)
+        assert simulate.cpu_floor_s(other, toy(), loop, 4, o) == 0.0, method
+    # DDP's one bucket: commbench's CPU, not the runtime's launch (its reducer launches from C++)
+    ddp = simulate.plan_for("ddp", toy(), loop, 4, o)
+    assert len(ddp.messages) == 1 and simulate.cpu_floor_s(ddp, toy(), loop, 4, o) == pytest.approx(4 + 0.5 * 2)
+    with pytest.raises(ValueError, match="launch_s=-1.0"):
+        simulate.Options(launch_s=-1.0, **opts)
+    with pytest.raises(ValueError, match="launch_s=0.1 with stack='study'"):
+        simulate.Options(launch_s=0.1)
+
+
 def test_bytescheduler_all_reduces_also_wait_out_the_next_forward_where_the_workers_outnumber_the_cores():
     """ByteScheduler's all-reduces overlap the next forward as well, whose pieces hold the cores
     as backward does: they wait out backward and a forward's length after it (b_end 4 + 1), then
