@@ -1,4 +1,5 @@
 """METHOD=auto (resolution and the record field), commbench's network fit, the measured profile."""
+import json
 import time
 from dataclasses import replace
 
@@ -869,6 +870,29 @@ def test_auto_beside_other_workers_charges_bytescheduler_its_machinery_measured_
     expected = simulate.simulate("bytescheduler-a2a", toy_profile(), slow, 2, opts).samples_per_sec(4)
     assert beside["predicted"]["bytescheduler-a2a"] == pytest.approx(expected, abs=1e-3)
     assert beside["predicted"]["bytescheduler-a2a"] < alone["predicted"]["bytescheduler-a2a"]
+
+
+def test_a_kept_launch_timing_is_read_back_and_a_broken_one_measured_anew(tmp_path, monkeypatch):
+    """profile.measure_launch keeps its timing per model, batch, threads and rounds in
+    `cache_dir` and reads it back without starting its process; a half-written or negative one
+    is measured anew; fewer than three rounds (plain, WFBP and bare rotate) is refused."""
+    import multiprocessing
+
+    name = f"tiny-resnet-b4-cpu-t1-r{profile.LAUNCH_ROUNDS}x{profile.LAUNCH_ITERS}-launch.json"
+    (tmp_path / name).write_text(json.dumps({"launch_s": 8e-5, "source": "kept"}))
+
+    def no_process(*a):
+        raise AssertionError("measured")
+    monkeypatch.setattr(multiprocessing, "get_context", no_process)
+    assert profile.measure_launch("tiny-resnet", 4, 1, cache_dir=tmp_path) == (8e-5, "kept")
+    for broken in ("{", '{"launch_s": -1, "source": "x"}', '{"launch_s": 1e-4}'):
+        (tmp_path / name).write_text(broken)
+        with pytest.raises(AssertionError, match="measured"):
+            profile.measure_launch("tiny-resnet", 4, 1, cache_dir=tmp_path)
+    with pytest.raises(AssertionError, match="measured"):  # another thread count: not this one's
+        profile.measure_launch("tiny-resnet", 4, 2, cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="rounds=2, iters=5 are invalid; accepted: rounds >= 3"):
+        profile.measure_launch("tiny-resnet", 4, 1, rounds=2, iters=5)
 
 
 def test_the_copy_fit_recovers_hand_worked_costs():
