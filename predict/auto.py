@@ -124,15 +124,14 @@ def resolve(model: str, workers: int, local_batch: int, net: "str | network.Clus
     overrides that run the winner as it was predicted."""
     opts = cli.study_opts(run_profile, stack=stack, backend=default_backend(device), ps_topology=ps_topology)
     prof = prof or cli.load_profile(model, local_batch, one_worker, profile_from, device, threads, sharers)
-    if sharers > 1 and stack == "ddlbench" and any(
-            simulate.runs_bytescheduler_queue(simulate.method_config(m, opts.bytescheduler_ps)) for m in methods):
+    cfgs = [simulate.method_config(m, opts.bytescheduler_ps) for m in methods]
+    if sharers > 1 and stack == "ddlbench" and any(simulate.runs_bytescheduler_queue(c) for c in cfgs):
         # ByteScheduler's machinery beside the other workers takes their cores: measured so too
         from . import profile
 
         opts = replace(opts, bytescheduler_cpu_s=profile.machinery_s(model, local_batch, threads, sharers)["machinery_s"])
     if sharers > 1 and stack == "ddlbench" and device == "cpu" and any(
-            simulate.method_config(m, opts.bytescheduler_ps)["schedule"] in ("wfbp", "mgwfbp")
-            and simulate.method_config(m, opts.bytescheduler_ps)["architecture"] == "a2a" for m in methods):
+            c["schedule"] in ("wfbp", "mgwfbp") and c["architecture"] == "a2a" for c in cfgs):
         # where the workers hold every core, an eager all-reduce's launch is CPU the iteration needs
         from . import profile
 

@@ -483,17 +483,15 @@ def _launch_rounds(model: str, local_batch: int, threads: int, rounds: int, iter
         batches = [plain.make_batch(0, 0, b, cpu) for b in range(PROFILE_BATCHES)]
         params = [p for p in plain.model.parameters() if p.requires_grad]
 
-        def plain_step(it: int) -> None:
-            plain_opt.zero_grad(set_to_none=True)
-            plain.loss(plain.model, batches[it % PROFILE_BATCHES]).backward()
-            plain_opt.step()
-
-        def bare_step(it: int) -> None:  # as make commbench's per-tensor bursts launch and wait
-            plain_opt.zero_grad(set_to_none=True)
-            plain.loss(plain.model, batches[it % PROFILE_BATCHES]).backward()
+        def bare_launches() -> None:  # as make commbench's per-tensor bursts launch and wait
             for work in [dist.all_reduce(p.grad, async_op=True) for p in reversed(params)]:
                 work.wait()
-            plain_opt.step()
+
+        def plain_step(it: int) -> None:
+            _plain_step(plain, plain_opt, batches[it % PROFILE_BATCHES])
+
+        def bare_step(it: int) -> None:
+            _plain_step(plain, plain_opt, batches[it % PROFILE_BATCHES], bare_launches)
 
         def eager_step(it: int) -> None:
             step(eager.model, eager, sync, eager_opt, batches[it % PROFILE_BATCHES], it, tracer)
@@ -677,6 +675,16 @@ def _neighbour(model: str, local_batch: int, threads: int | None, ready, stop, m
             queued.close()
 
 
+def _plain_step(w, opt, batch, after_backward=None) -> None:
+    """One plain iteration of workload `w`: forward, backward, `after_backward()` where given,
+    one step of `opt`."""
+    opt.zero_grad(set_to_none=True)
+    w.loss(w.model, batch).backward()
+    if after_backward is not None:
+        after_backward()
+    opt.step()
+
+
 def _workload(model: str, local_batch: int, dev):
     """The model of conf/model/<model>.yaml on `dev` and its momentum-SGD optimizer."""
     import torch
@@ -803,9 +811,7 @@ def machinery_s(model: str, local_batch: int, threads: int | None = None, sharer
             batches = [plain.make_batch(0, 0, b, cpu) for b in range(PROFILE_BATCHES)]
 
             def plain_step(it: int) -> None:
-                opt.zero_grad(set_to_none=True)
-                plain.loss(plain.model, batches[it % PROFILE_BATCHES]).backward()
-                opt.step()
+                _plain_step(plain, opt, batches[it % PROFILE_BATCHES])
 
             def queued_step(it: int) -> None:
                 queued.step(batches[it % PROFILE_BATCHES], it)

@@ -1308,6 +1308,11 @@ def _simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opt
                   compute_s)
 
 
+def message_numels(profile: Profile, messages) -> list[int]:
+    """Each message's elements: the sum over the parameters it carries."""
+    return [sum(profile.numels[i] for i in m) for m in messages]
+
+
 def cpu_floor_s(p: Plan, profile: Profile, cluster: Cluster, workers: int, opts: Options) -> float:
     """Where eager all-reduces starve (`starves`: the workers hold every core of the machine
     they share), an iteration takes at least its compute (measured beside the others, so
@@ -1326,8 +1331,8 @@ def cpu_floor_s(p: Plan, profile: Profile, cluster: Cluster, workers: int, opts:
             not starves(cluster, workers, opts.algorithm) or hc.allreduce_s(0, workers) is None:
         return 0.0
     launch_s = 0.0 if p.buffer_sync else opts.launch_s  # DDP's reducer launches its buckets from C++
-    per_message = [hc.allreduce_s(sum(profile.numels[i] for i in m) * profile.element_size, workers) + launch_s
-                   for m in p.messages]
+    per_message = [hc.allreduce_s(n * profile.element_size, workers) + launch_s
+                   for n in message_numels(profile, p.messages)]
     return profile.compute_s + sum(per_message) * workers / hc.cores
 
 
@@ -1449,8 +1454,7 @@ def host_cpu_s(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg: d
     hc = cluster.host_cpu
     if hc is None or not (p.eager or p.bytescheduler):
         return 0.0
-    numels = bytescheduler_units(profile, cfg)[0] if p.bytescheduler else \
-        [sum(profile.numels[i] for i in m) for m in p.messages]
+    numels = bytescheduler_units(profile, cfg)[0] if p.bytescheduler else message_numels(profile, p.messages)
     esize = profile.element_size
     if not p.ps:
         if workers == 1 or hc.allreduce_s(0, workers) is None:
@@ -1592,7 +1596,7 @@ def _communicate(p: Plan, profile: Profile, cluster: Cluster, workers: int, cfg:
 
     messages = p.messages
     if p.ps:
-        comm = PSComm(sim, cluster, workers, [sum(profile.numels[i] for i in m) for m in messages], esize, cfg, opts,
+        comm = PSComm(sim, cluster, workers, message_numels(profile, messages), esize, cfg, opts,
                       p.server_schedule, buckets)
     else:
         comm = allreduce_comm(sim, cluster, workers, opts, buckets=buckets)
