@@ -45,14 +45,18 @@ def test_a_measured_profile_keeps_up_with_the_run(tmp_path):
     made before it. Its one-worker throughput is the run's, less what its hooks cost: with a
     synchronisation in every hook, ResNet-50 at batch 64 on an H100 profiled at 0.63 of the
     run (1,036 against 1,650 samples/s), and with a batch made in every iteration at 0.84; on an
-    H200, scaled to iterations that were all hooked, at 0.77 (1,506 against 1,949)."""
+    H200, scaled to iterations that were all hooked, at 0.77 (1,506 against 1,949). Measured
+    three times and the median kept (`repeats`, as on any shared machine): in the whole tier
+    (`pytest -n 8 tests/gpu`, this test holding the GPU alone) one window read every plain
+    iteration at 36.7 ms, 0.90 of the run (1,744 against 1,939), and alone 32.2 ms, also after
+    the other GPU-timing tests in the same process."""
     from ddlbench.predict import profile
 
     ddlbench("method=bsp-a2a", "workers=1", "model=resnet50", "device=cuda", "local_batch=64",
              "profile.warmup_iters=5", "profile.measured_iters=30", "profile.repeats=1", "profile.distinct_batches=1",
              results=tmp_path, check=True, timeout=600)
     (rec,) = records(tmp_path)
-    prof = profile.measured("resnet50", 64, "cuda", cache=False)
+    prof = profile.measured("resnet50", 64, "cuda", cache=False, repeats=3)
     assert profile.CUDA_HOOKS in prof.source
     assert max(prof.ready_s) <= prof.backward_s and max(prof.need_s) <= prof.forward_s
     assert prof.samples_per_sec_1 >= 0.9 * rec["samples_per_sec"], (prof.samples_per_sec_1, rec["samples_per_sec"])
