@@ -237,16 +237,28 @@ bench-emulated: install
 # and talk over loopback), records in $(RESULTS)/local. Both benches end by measuring the profiles
 # that calibrate their runs (into <records>/profiles: what a worker gets beside others drifts over
 # minutes on a shared machine, so they are measured beside the runs); the predictor's check:
-# `python benchmarks/predict_validation.py --results $(RESULTS)/local --local-network local-<hostname>`,
-# the network make commbench wrote on this machine (`loopback`, the config that ships, reads the
+# `python benchmarks/predict_validation.py --results $(RESULTS)/local`, with the bench's own network
+# (below; --local-network NAME for a bench without one: the network make commbench wrote on this
+# machine, local-<hostname>; `loopback`, the config that ships, reads the
 # per-tensor methods 40-60% off: its all-reduce is not this machine's; WORKERS=4 also times the
 # 4-worker all-reduce, COLLECTIVES=all_reduce,reduce,broadcast the reduce and broadcast inside a
 # per-machine PS node, CB_MODE=sizes,fusion,ps FUSION_MODELS=tiny-resnet,resnet50 the speed of
 # Gloo's two concurrent all-reduces, from their per-tensor all-reduces launched one every
 # FUSION_PACE_MS, 0.4 by default).
+# The local bench also measures this machine's network as it finishes (`bench_network`: make
+# commbench's all-reduce, reduce and broadcast at 2-4 workers, and its fusion rounds and PS bursts of
+# BENCH_MODEL; about 4 minutes here), kept with its profiles as <records>/profiles/local-<hostname>.yaml
+# (commbench's records in <records>/commbench), which the validation reads for its local runs in place
+# of conf/network's: what a message costs the shared cores drifts over hours (per-machine PS at 2
+# workers: 1.91 ms of the machine's CPU per key one morning, 2.44 ms that evening). A bench that has
+# it keeps it (resuming one does not measure it again).
+bench_network = test -n "$$(ls $(1)/profiles/local-*.yaml 2>/dev/null)" || $(PY) -m ddlbench.commbench --workers 4 \
+	--backends gloo --collectives all_reduce,reduce,broadcast --dtypes fp32 --devices cpu --mode sizes,fusion,ps \
+	--fusion-models $(BENCH_MODEL) --results $(1)/commbench --network-dir $(1)/profiles
 bench-local: install
 	$(call bench_many,results_dir=$(RESULTS)/local)
 	$(call bench_one,results_dir=$(RESULTS)/local)
+	$(call bench_network,$(RESULTS)/local)
 	$(PY) benchmarks/predict_validation.py --results $(RESULTS)/local --calibrate-only
 	$(PY) -m ddlbench.analysis.summary $(RESULTS)/local
 

@@ -111,13 +111,14 @@ def record_network(rec: dict) -> str | None:
     return net or None
 
 
-def record_cluster(rec: dict, net: str) -> network.Cluster:
+def record_cluster(rec: dict, net: str, directory: Path | None = None) -> network.Cluster:
     """The network a recorded run ran on, in the run's shape: a local run (no `network` in its
     record, every worker on one host) is this machine laid out as its nodes
     (`network.on_one_machine`: by default one, so per-machine PS runs one server, as its
     record's `servers` says); an emulated run with several workers per host has them talk over
-    the host's loopback, shaped where its record's `intra_link` says (`network.emulated_hosts`)."""
-    cluster, w, per_node = network.load(net), rec["workers"], workers_per_node(rec)
+    the host's loopback, shaped where its record's `intra_link` says (`network.emulated_hosts`).
+    `directory`: where the config of `net` is (a bench's own, `bench_network`), else conf/network."""
+    cluster, w, per_node = network.load(net, directory), rec["workers"], workers_per_node(rec)
     if isinstance(rec.get("network"), dict) and rec["network"].get("emulated"):
         return network.emulated_hosts(cluster, min(w, per_node or 1), rec["network"].get("intra_link"))
     if record_network(rec) is None and len(rec.get("hosts") or [None]) == 1:  # a local run: its nodes, one machine
@@ -216,6 +217,22 @@ def profiles_dir(results: str) -> Path:
     workers: 10.7 and 13.4 ms a step, measured minutes apart), so the bench measures them as it
     finishes (`--calibrate-only`) and every later validation of its runs reads the same ones."""
     return Path(results) / "profiles"
+
+
+def bench_network(results: str, net: str | None = None) -> tuple[str, Path] | None:
+    """The bench's own calibration of this machine's network: (name, folder) of
+    <profiles>/<name>.yaml, which make bench-local's commbench writes as the bench finishes
+    (--network-dir), for `net`, or where `net` is not given the bench's one local-*.yaml (this
+    host's name where it has several); None where it has none (then conf/network's). What a
+    message costs the cores drifts over hours here as a worker's compute does over minutes: a
+    commbench of 10:38 charged per-machine PS 1.91 ms of the machine's CPU per key at 2 workers,
+    and one at 21:57 2.44 ms; two benches of the evening read every method with messages 10-29%
+    too fast on the first, and 7 of 8 methods within 10% on the second."""
+    where = profiles_dir(results)
+    if net is None:
+        own = sorted(p.stem for p in where.glob("local-*.yaml"))
+        net = network.local_network_name() if network.local_network_name() in own else (own[0] if own else None)
+    return (net, where) if net and (where / f"{net}.yaml").exists() else None
 
 
 # Each calibrating profile is measured this many times and the median kept (profile.measured's
@@ -406,6 +423,8 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
     where the one-worker run had no core to spare (an all-reduce run at two threads on 2 cores):
     ByteScheduler-A2A's predictions here then run 2-4% slower than with the cores' time alone."""
     recs = ok_records(results)
+    measured_here = bench_network(results, local_network)
+    local_network = local_network or (measured_here and measured_here[0])
     own = defaultdict(list)
     for r in recs:
         if r["workers"] == 1 and r["method"] in simulate.METHODS:
@@ -424,7 +443,9 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
                                     backend=r.get("backend"), ps_topology=record_ps_topology(r))
         stack_opts = replace(stack_opts, launch_s=run_launch(results, r))
         cfg = simulate.method_config(r["method"], stack_opts.bytescheduler_ps)
-        placed = record_cluster(r, net)  # the network in the run's shape
+        # the network in the run's shape; a local run's as the bench measured it, where it did
+        here = measured_here if measured_here and record_network(r) is None and net == measured_here[0] else None
+        placed = record_cluster(r, net, here and here[1])
         mine = own.get((*key, r["method"], one_worker_link(r["method"], net)))  # its one-worker runs
         ukey = (r["model"], r["local_batch"], r["method"], net)
         if mine and simulate.runs_bytescheduler_queue(cfg) and ukey not in units:
@@ -486,7 +507,7 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
         for pairs, name in ((shared, source), (others["profile"], "profile"), (alone, "alone"),
                             (others["spread"], "spread" if lockstep else source)):
             pairs[r["method"]].append(pair[name])
-        runs.append((r["method"], net, r["workers"], *pair[source], plan, label))
+        runs.append((r["method"], f"{net} (bench's)" if here else net, r["workers"], *pair[source], plan, label))
     return shared, alone, runs, units, others
 
 

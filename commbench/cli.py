@@ -87,6 +87,9 @@ def parse(argv) -> argparse.Namespace:
     ap.add_argument("--results", default="results")
     ap.add_argument("--network-name", default=None,
                     help="write conf/network/NAME.yaml from the 2-worker all-reduce (default local-<hostname>; 'none': do not)")
+    ap.add_argument("--network-dir", default=None,
+                    help="write the network config into this folder, not conf/network (make bench-local keeps the "
+                         "one measured beside its runs with their profiles; make predict does not read it there)")
     ap.add_argument("--pool", action="store_true",
                     help="fit the network config from this invocation's records and every earlier one under "
                          "--results measured in the same place (this host, or the same --link): one session's "
@@ -514,7 +517,8 @@ def main(argv=None) -> int:
     if a.pool:
         rows = pooled_rows(out_dir, new)
         how += f" (pooled: {len(rows)} records of {len({r.get('started_at') for r in rows})} sessions)"
-    write_network(rows, name, out_dir, how, shared_cores=not a.slurm)
+    write_network(rows, name, out_dir, how, shared_cores=not a.slurm,
+                  directory=Path(a.network_dir) if a.network_dir else None)
     return 1 if any("error" in r for r in new) else 0
 
 
@@ -633,9 +637,10 @@ def pooled_rows(records: Path, new: list[dict]) -> list[dict]:
 
 
 def write_network(rows: list[dict], name: str | None, data_path: Path, how: str = "make commbench",
-                  shared_cores: bool = True) -> Path | None:
+                  shared_cores: bool = True, directory: Path | None = None) -> Path | None:
     """The predictor's network config for this machine from this invocation's 2-worker
-    all-reduce records (predict.network.commbench_network), if they include any."""
+    all-reduce records (predict.network.commbench_network), if they include any, written as
+    conf/network/<name>.yaml, or into `directory` (--network-dir)."""
     from ddlbench.predict import network
 
     if name == "none" or not any(r.get("workers") == 2 and r.get("collective") == "all_reduce" for r in rows):
@@ -647,7 +652,9 @@ def write_network(rows: list[dict], name: str | None, data_path: Path, how: str 
     except ValueError as exc:
         print(f"commbench: no network config written: {exc}", file=sys.stderr)
         return None
-    path, kept = network.replace_config(spec)
-    print(f"network config for the predictor written to {path} (NETWORK={name})"
+    if directory is not None:
+        directory.mkdir(parents=True, exist_ok=True)
+    path, kept = network.replace_config(spec, directory)
+    print(f"network config for the predictor written to {path}{f' (NETWORK={name})' if directory is None else ''}"
           + (f"; the one it replaced is kept as {kept}" if kept else ""))
     return path

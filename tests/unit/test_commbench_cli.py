@@ -370,6 +370,29 @@ def test_a_new_network_config_keeps_the_one_it_replaces(tmp_path, monkeypatch, c
     assert len(list(tmp_path.glob("*.bak"))) == 1
 
 
+def test_network_dir_writes_the_config_there_not_into_conf_network(tmp_path, monkeypatch, capsys):
+    """--network-dir (make bench-local: the network measured beside its runs, kept with its
+    profiles): the config is written into that folder, made where missing, and conf/network is
+    left as it was; make predict does not read it there, so commbench names no NETWORK= for it."""
+    from ddlbench.commbench import cli
+    from ddlbench.predict import network
+
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    monkeypatch.setattr(network, "conf_dir", lambda: conf)
+    monkeypatch.setattr(network, "local_network_name", lambda: "local-box")
+    rows = [{"mode": "sizes", "collective": "all_reduce", "dtype": "fp32", "device": "cpu", "workers": 2,
+             "backend": "gloo", "bytes": n, "time_us": 100 + n / 1e3, "time_us_p50": 100 + n / 1e3, "time_us_min": 100,
+             "time_us_max": 100 + n / 1e3, "iters": 10, "algbw_GBps": 1.0, "busbw_GBps": 1.0, "wrong": 0}
+            for n in (1024, 1 << 20)]
+    bench = tmp_path / "bench" / "profiles"
+    assert cli.write_network(rows, None, tmp_path, directory=bench) == bench / "local-box.yaml"
+    assert not list(conf.iterdir()) and network.load("local-box", bench).name == "local-box"
+    out = capsys.readouterr().out
+    assert f"written to {bench / 'local-box.yaml'}" in out and "NETWORK=" not in out
+    assert cli.parse(["--network-dir", str(bench)]).network_dir == str(bench)
+
+
 @pytest.mark.parametrize("args, words", [
     (["reproduce", "CLUSTER=slrum"], ["CLUSTER=slrum is invalid", "accepted: local slurm emulated"]),
     (["predict", "CLUSTER=foo"], ["CLUSTER=foo is invalid"]),

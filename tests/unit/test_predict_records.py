@@ -824,3 +824,47 @@ def test_bytescheduler_machinery_beside_a_neighbour_that_does_the_same(tmp_path)
     assert "beside 1 more worker(s) doing the same on this machine's cores" in out["source"]
     assert out["plain_s"] > 0 and out["bytescheduler_s"] > 0
     assert not multiprocessing.active_children()
+
+
+def test_a_bench_with_its_own_network_predicts_its_local_runs_with_it(tmp_path, monkeypatch):
+    """make bench-local measures this machine's network as it finishes (its commbench writes
+    <records>/profiles/local-<hostname>.yaml, --network-dir): the validation predicts the bench's
+    local runs on that one, not on conf/network's of the same name, which make commbench wrote
+    hours apart (a message's CPU on the shared cores drifted 28% between two), and finds it
+    without --local-network. A run recorded on a network of its own keeps that one; a bench
+    without one reads conf/network's."""
+    import yaml
+
+    from ddlbench import record
+
+    validation = _validation()
+    monkeypatch.setattr(network, "local_network_name", lambda: "local-box")
+    fixed = cli.load_profile("tiny-resnet", 8, 100.0)
+    monkeypatch.setattr(profile, "measured", lambda *a, **k: fixed)
+    monkeypatch.setattr(profile, "measure_copy", lambda device, threads, **k: (2e-5, 1e9, f"fixed at {threads}"))
+    seen = []
+    real = cli.predict
+    monkeypatch.setattr(cli, "predict", lambda *a, **k: seen.append(a[2]) or real(*a, **k))
+    base = {"env": {"OMP_NUM_THREADS": "1"}, "host_cores": 2}
+    record.write(tmp_path, {**_measured("bsp-a2a", 1, 100.0), **base})
+    record.write(tmp_path, {**_measured("bsp-a2a", 2, 150.0), **base})
+    assert validation.bench_network(str(tmp_path)) is None  # no network of its own: conf/network's
+    assert validation.local(str(tmp_path), "loopback")[2][0][1] == "loopback"
+    conf = network.load("loopback").inter.alpha_s
+
+    spec = yaml.safe_load((network.conf_dir() / "loopback.yaml").read_text())
+    slow = {**spec, "name": "local-box", "inter": {"allreduce": {**spec["inter"]["allreduce"], "alpha_s": 0.05}}}
+    where = validation.profiles_dir(str(tmp_path))
+    where.mkdir(parents=True, exist_ok=True)
+    (where / "local-box.yaml").write_text(yaml.safe_dump(slow))
+    (where / "local-box.yaml.20261129T100000.bak").write_text(yaml.safe_dump(spec))  # a replaced one: not a network
+    assert validation.bench_network(str(tmp_path)) == ("local-box", where)
+    assert validation.bench_network(str(tmp_path), "loopback") is None  # asked for another: conf/network's
+    seen.clear()
+    shared, _, runs, _, _ = validation.local(str(tmp_path), None)  # found without --local-network
+    assert [r[1] for r in runs] == ["local-box (bench's)"]
+    assert seen and {c.inter.alpha_s for c in seen} == {network.load("local-box", where).inter.alpha_s} != {conf}
+    predicted_slow = runs[0][3]
+    fast = {**slow, "inter": {"allreduce": {**spec["inter"]["allreduce"], "alpha_s": 1e-5}}}
+    (where / "local-box.yaml").write_text(yaml.safe_dump(fast))
+    assert validation.local(str(tmp_path), "local-box")[2][0][3] > predicted_slow  # the same name, given
