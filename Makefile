@@ -200,7 +200,10 @@ shell: install
 # machinery (the predictor calibrates it from them), each with BENCH_ONE_REPEATS repeats (a repeat
 # is BENCH_MEASURED_ITERS steps of ~5 ms: the median over several outlasts a disturbed one; repeats keep
 # the setup, so the speedup still reads one worker's); records in $(RESULTS)/emulated, shown by
-# `make figures RESULTS=$(RESULTS)/emulated`.
+# `make figures RESULTS=$(RESULTS)/emulated`. After each rate's runs it measures that network as
+# make commbench LINK=<rate> does (3-7 minutes here), kept with the bench's profiles as
+# <records>/profiles/emulated-<rate>.yaml, which the validation reads for its runs in place of
+# conf/network's (see bench-local's `bench_network`).
 BENCH_LINKS ?= 100mbit 1gbit
 BENCH_MODEL ?= tiny-resnet
 BENCH_ONE_REPEATS ?= 6
@@ -229,6 +232,10 @@ bench-emulated: install
 	@for link in $(BENCH_LINKS); do \
 		$(call bench_many,launcher=emulated launcher.nodes=4 launcher.link=$$link results_dir=$(RESULTS)/emulated) || exit $$?; \
 		$(call bench_one,launcher=emulated launcher.nodes=4 launcher.link=$$link results_dir=$(RESULTS)/emulated) || exit $$?; \
+		test -f $(RESULTS)/emulated/profiles/emulated-$$link.yaml || $(PY) -m ddlbench.commbench --workers 4 \
+			--backends gloo --collectives all_reduce --dtypes fp32 --devices cpu --mode sizes,fusion,ps \
+			--fusion-models $(BENCH_MODEL) --link $$link --results $(RESULTS)/emulated/commbench \
+			--network-dir $(RESULTS)/emulated/profiles || exit $$?; \
 	done
 	$(PY) benchmarks/predict_validation.py --results $(RESULTS)/emulated --calibrate-only
 	$(PY) -m ddlbench.analysis.summary $(RESULTS)/emulated

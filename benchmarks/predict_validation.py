@@ -220,10 +220,11 @@ def profiles_dir(results: str) -> Path:
 
 
 def bench_network(results: str, net: str | None = None) -> tuple[str, Path] | None:
-    """The bench's own calibration of this machine's network: (name, folder) of
-    <profiles>/<name>.yaml, which make bench-local's commbench writes as the bench finishes
-    (--network-dir), for `net`, or where `net` is not given the bench's one local-*.yaml (this
-    host's name where it has several); None where it has none (then conf/network's). What a
+    """The bench's own calibration of network `net`: (name, folder) of <profiles>/<name>.yaml,
+    which make bench-local's and bench-emulated's commbench write as the bench finishes
+    (--network-dir: local-<hostname>, emulated-<rate>); where `net` is not given, the bench's
+    local-*.yaml (this host's name where it has several); None where it has none (then
+    conf/network's). What a
     message costs the cores drifts over hours here as a worker's compute does over minutes: a
     commbench of 10:38 charged per-machine PS 1.91 ms of the machine's CPU per key at 2 workers,
     and one at 21:57 2.44 ms; two benches of the evening read every method with messages 10-29%
@@ -423,8 +424,7 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
     where the one-worker run had no core to spare (an all-reduce run at two threads on 2 cores):
     ByteScheduler-A2A's predictions here then run 2-4% slower than with the cores' time alone."""
     recs = ok_records(results)
-    measured_here = bench_network(results, local_network)
-    local_network = local_network or (measured_here and measured_here[0])
+    local_network = local_network or (bench_network(results) or (None,))[0]
     own = defaultdict(list)
     for r in recs:
         if r["workers"] == 1 and r["method"] in simulate.METHODS:
@@ -443,8 +443,8 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
                                     backend=r.get("backend"), ps_topology=record_ps_topology(r))
         stack_opts = replace(stack_opts, launch_s=run_launch(results, r))
         cfg = simulate.method_config(r["method"], stack_opts.bytescheduler_ps)
-        # the network in the run's shape; a local run's as the bench measured it, where it did
-        here = measured_here if measured_here and record_network(r) is None and net == measured_here[0] else None
+        # the network in the run's shape, as the bench measured it where it did (`bench_network`)
+        here = bench_network(results, net)
         placed = record_cluster(r, net, here and here[1])
         mine = own.get((*key, r["method"], one_worker_link(r["method"], net)))  # its one-worker runs
         ukey = (r["model"], r["local_batch"], r["method"], net)

@@ -828,8 +828,8 @@ def test_bytescheduler_machinery_beside_a_neighbour_that_does_the_same(tmp_path)
 
 def test_a_bench_with_its_own_network_predicts_its_local_runs_with_it(tmp_path, monkeypatch):
     """make bench-local measures this machine's network as it finishes (its commbench writes
-    <records>/profiles/local-<hostname>.yaml, --network-dir): the validation predicts the bench's
-    local runs on that one, not on conf/network's of the same name, which make commbench wrote
+    <records>/profiles/local-<hostname>.yaml, --network-dir; bench-emulated emulated-<rate>.yaml):
+    the validation predicts the bench's runs on that one, not on conf/network's of the same name, which make commbench wrote
     hours apart (a message's CPU on the shared cores drifted 28% between two), and finds it
     without --local-network. A run recorded on a network of its own keeps that one; a bench
     without one reads conf/network's."""
@@ -860,6 +860,9 @@ def test_a_bench_with_its_own_network_predicts_its_local_runs_with_it(tmp_path, 
     (where / "local-box.yaml.20261129T100000.bak").write_text(yaml.safe_dump(spec))  # a replaced one: not a network
     assert validation.bench_network(str(tmp_path)) == ("local-box", where)
     assert validation.bench_network(str(tmp_path), "loopback") is None  # asked for another: conf/network's
+    (where / "emulated-1gbit.yaml").write_text(yaml.safe_dump({**slow, "name": "emulated-1gbit"}))  # bench-emulated's
+    assert validation.bench_network(str(tmp_path), "emulated-1gbit") == ("emulated-1gbit", where)
+    assert validation.bench_network(str(tmp_path)) == ("local-box", where)  # the local runs' default: local-*
     seen.clear()
     shared, _, runs, _, _ = validation.local(str(tmp_path), None)  # found without --local-network
     assert [r[1] for r in runs] == ["local-box (bench's)"]
