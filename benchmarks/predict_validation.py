@@ -224,11 +224,11 @@ def bench_network(results: str, net: str | None = None) -> tuple[str, Path] | No
     which make bench-local's and bench-emulated's commbench write as the bench finishes
     (--network-dir: local-<hostname>, emulated-<rate>); where `net` is not given, the bench's
     local-*.yaml (this host's name where it has several); None where it has none (then
-    conf/network's). What a
-    message costs the cores drifts over hours here as a worker's compute does over minutes: a
-    commbench of 10:38 charged per-machine PS 1.91 ms of the machine's CPU per key at 2 workers,
-    and one at 21:57 2.44 ms; two benches of the evening read every method with messages 10-29%
-    too fast on the first, and 7 of 8 methods within 10% on the second."""
+    conf/network's). What a message costs the shared cores drifts over hours here, as a
+    worker's compute does over minutes: a commbench of 10:38 charged per-machine PS 1.91 ms of
+    the machine's CPU a key at 2 workers, one of 21:57 2.44 ms; two benches of the evening read
+    every method with messages 10-29% fast on the first, and 7 of 8 methods within 10% on the
+    second. An emulated bench on its own networks: 8 of 8; on conf/network's pooled ones, 5."""
     where = profiles_dir(results)
     if net is None:
         own = sorted(p.stem for p in where.glob("local-*.yaml"))
@@ -625,6 +625,11 @@ def main(argv=None) -> int:
             print(f"predict_validation: {n} calibration(s) under {profiles_dir(results)} calibrate the runs "
                   f"under {results}")
         return 0
+    if a.local_network and a.local_network not in network.names() and not a.local_network.startswith(network.EMULATED) \
+            and not any(bench_network(r, a.local_network) for r in a.results):
+        print(f"predict_validation: --local-network {a.local_network!r} is unknown; accepted: "
+              f"{', '.join(network.names())}, or a bench's own (<results>/profiles/<name>.yaml)", file=sys.stderr)
+        return 2
     if not a.runs_only:
         print_study()
 

@@ -871,3 +871,12 @@ def test_a_bench_with_its_own_network_predicts_its_local_runs_with_it(tmp_path, 
     fast = {**slow, "inter": {"allreduce": {**spec["inter"]["allreduce"], "alpha_s": 1e-5}}}
     (where / "local-box.yaml").write_text(yaml.safe_dump(fast))
     assert validation.local(str(tmp_path), "local-box")[2][0][3] > predicted_slow  # the same name, given
+
+
+def test_the_validation_refuses_an_unknown_local_network_in_one_line(tmp_path, capsys):
+    """--local-network names a config of conf/network or a bench's own; another name was a
+    traceback from deep in the predictions."""
+    validation = _validation()
+    assert validation.main(["--runs-only", "--results", str(tmp_path), "--local-network", "local-nope"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "'local-nope' is unknown" in err and "loopback" in err
