@@ -232,10 +232,8 @@ bench-emulated: install
 	@for link in $(BENCH_LINKS); do \
 		$(call bench_many,launcher=emulated launcher.nodes=4 launcher.link=$$link results_dir=$(RESULTS)/emulated) || exit $$?; \
 		$(call bench_one,launcher=emulated launcher.nodes=4 launcher.link=$$link results_dir=$(RESULTS)/emulated) || exit $$?; \
-		test -f $(RESULTS)/emulated/profiles/emulated-$$link.yaml || $(PY) -m ddlbench.commbench --workers 4 \
-			--backends gloo --collectives all_reduce --dtypes fp32 --devices cpu --mode sizes,fusion,ps \
-			--fusion-models $(BENCH_MODEL) --link $$link --results $(RESULTS)/emulated/commbench \
-			--network-dir $(RESULTS)/emulated/profiles || exit $$?; \
+		test -f $(RESULTS)/emulated/profiles/emulated-$$link.yaml || \
+			$(call bench_commbench,$(RESULTS)/emulated,--collectives all_reduce --link $$link) || exit $$?; \
 	done
 	$(PY) benchmarks/predict_validation.py --results $(RESULTS)/emulated --calibrate-only
 	$(PY) -m ddlbench.analysis.summary $(RESULTS)/emulated
@@ -259,9 +257,12 @@ bench-emulated: install
 # of conf/network's: what a message costs the shared cores drifts over hours (per-machine PS at 2
 # workers: 1.91 ms of the machine's CPU per key one morning, 2.44 ms that evening). A bench that has
 # it keeps it (resuming one does not measure it again).
-bench_network = test -n "$$(ls $(1)/profiles/local-*.yaml 2>/dev/null)" || $(PY) -m ddlbench.commbench --workers 4 \
-	--backends gloo --collectives all_reduce,reduce,broadcast --dtypes fp32 --devices cpu --mode sizes,fusion,ps \
-	--fusion-models $(BENCH_MODEL) --results $(1)/commbench --network-dir $(1)/profiles
+# One bench's network measurement ($(1): its records; $(2): what the collectives and hosts are), its
+# fit into <records>/profiles.
+bench_commbench = $(PY) -m ddlbench.commbench --workers 4 --backends gloo $(2) --dtypes fp32 --devices cpu \
+	--mode sizes,fusion,ps --fusion-models $(BENCH_MODEL) --results $(1)/commbench --network-dir $(1)/profiles
+bench_network = test -n "$$(ls $(1)/profiles/local-*.yaml 2>/dev/null)" || \
+	$(call bench_commbench,$(1),--collectives all_reduce$(comma)reduce$(comma)broadcast)
 bench-local: install
 	$(call bench_many,results_dir=$(RESULTS)/local)
 	$(call bench_one,results_dir=$(RESULTS)/local)

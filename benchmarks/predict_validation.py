@@ -231,8 +231,8 @@ def bench_network(results: str, net: str | None = None) -> tuple[str, Path] | No
     second. An emulated bench on its own networks: 8 of 8; on conf/network's pooled ones, 5."""
     where = profiles_dir(results)
     if net is None:
-        own = sorted(p.stem for p in where.glob("local-*.yaml"))
-        net = network.local_network_name() if network.local_network_name() in own else (own[0] if own else None)
+        own, mine = sorted(p.stem for p in where.glob("local-*.yaml")), network.local_network_name()
+        net = mine if mine in own else (own[0] if own else None)
     return (net, where) if net and (where / f"{net}.yaml").exists() else None
 
 
@@ -424,7 +424,8 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
     where the one-worker run had no core to spare (an all-reduce run at two threads on 2 cores):
     ByteScheduler-A2A's predictions here then run 2-4% slower than with the cores' time alone."""
     recs = ok_records(results)
-    local_network = local_network or (bench_network(results) or (None,))[0]
+    if local_network is None:  # the bench's own, where it measured one
+        local_network = (bench_network(results) or (None,))[0]
     own = defaultdict(list)
     for r in recs:
         if r["workers"] == 1 and r["method"] in simulate.METHODS:
