@@ -1030,7 +1030,9 @@ def test_a_gpu_profile_is_timed_by_events_read_after_the_window_never_waiting_in
     assert len(whole) == 3 and all(t > 0 for t in whole)
     n = len(prof.names)
     assert len(prof.ready_s) == len(prof.need_s) == n and sorted(prof.ready_names) == sorted(prof.names)
-    assert 0 < prof.forward_s and 0 < prof.backward_s and prof.forward_s + prof.backward_s < max(whole)
+    # within the hooked iterations (the plain ones in `whole` are others: on the loaded CI machine
+    # the hooked passes' 20.8 ms exceeded the longest of three plain iterations, 18.2 ms)
+    assert 0 < prof.forward_s and 0 < prof.backward_s and max(prof.ready_s) <= prof.backward_s
     # gradients in backward's order arrive in order; every parameter is needed within the forward
     ready = {name: prof.ready_s[prof.names.index(name)] for name in prof.ready_names}
     assert [ready[name] for name in prof.ready_names] == sorted(ready.values())
