@@ -74,6 +74,33 @@ def test_compute_after_the_workers_idled_pays_what_the_probe_found_by_hand():
             toy().with_after_idle(bad)
 
 
+def test_a_wait_the_messages_cpu_fills_is_no_idle():
+    """Workers on one machine's 2 cores, each all-reduce 0.5 s of every worker's CPU (commbench's
+    fusion bursts): while they wait for their messages, the cores run them, and only the rest
+    of the wait is idle after which the probe's compute comes back slower (0.2 s after 1 s, 0.3
+    s after 4 s). BSP: compute 4 s, its one all-reduce [4, 6]: 2 workers x 0.5 s / 2 cores of
+    that wait busy, 1.5 s idle: 0.2 + 0.1 x 0.5 / 3 more. WFBP (6 s, its backward 1 s longer
+    for the first two all-reduces' CPU, `test_all_reduces_during_backward_take_the_shared_cores_
+    from_it`): 3 x 0.5 s busy of 2 s, 0.5 s idle: 0.1 more. A message of 2 s of CPU fills BSP's
+    whole wait: nothing more. Without the shared cores, the whole wait counts (6.2333 s)."""
+    alone = Cluster("toy", intra=None, inter=Link(0.25, 1.25e-5), gpus_per_node=1)
+    shared = replace(alone, host_cpu=HostCpu(cores=2, s_per_message=0.0,
+                                             allreduce={2: {"s_per_message": 0.5, "s_per_byte": 0.0}}))
+    prof = toy().with_after_idle([(1.0, 0.2), (4.0, 0.3)])
+    assert period("bsp-a2a", prof, alone) == pytest.approx(6.0 + 0.2 + 0.1 / 3)
+    assert simulate.messages_cpu_s("bsp-a2a", prof, shared, 2, simulate.Options()) == pytest.approx(0.5)
+    assert period("bsp-a2a", prof, shared) == pytest.approx(6.0 + 0.2 + 0.1 * 0.5 / 3)
+    assert simulate.messages_cpu_s("wfbp-a2a", prof, shared, 2, simulate.Options()) == pytest.approx(1.5)
+    assert period("wfbp-a2a", prof, shared) == pytest.approx(6.0 + 0.1)
+    # the runtime's launch from each gradient's hook is CPU too: 0.25 s more a message, 0.75 s
+    # more busy, so WFBP's wait is all busy
+    assert simulate.messages_cpu_s("wfbp-a2a", prof, shared, 2, simulate.Options(stack="ddlbench", launch_s=0.25)) == \
+        pytest.approx(2.25)
+    full = replace(shared, host_cpu=replace(shared.host_cpu, allreduce={2: {"s_per_message": 2.0, "s_per_byte": 0.0}}))
+    assert period("bsp-a2a", prof, full) == pytest.approx(6.0)
+    assert simulate.messages_cpu_s("bsp-a2a", prof, shared, 1, simulate.Options()) == 0.0
+
+
 def test_a_collective_after_compute_pays_what_commbench_found_then():
     # Cluster.after_compute_s 0.5 s at 2 ranks: BSP's one all-reduce after backward [4, 6.5]:
     # 6.5 s. WFBP's first (p2 at 2) pays it, [2, 3.5]; p1 and p0 find the stream busy or just
@@ -1064,7 +1091,9 @@ def test_a_measured_profile_times_whole_iterations_without_its_hooks():
     prof, whole = profile._measure("tiny-resnet", 2, torch.device("cpu"), iters=3, warmup=1, clock=clock)
     hooked_marks = 3 + len(prof.names) + len(prof.need_s)  # at least: forward, backward, end; gradients; needs
     assert hooked_marks * 0.002 < prof.forward_s + prof.backward_s  # the hooked passes paid for their marks
-    assert len(whole) >= 3 and max(whole) < 0.5 * (prof.forward_s + prof.backward_s)
+    # a plain iteration pays no mark (each would cost it 2 ms x the marks); the fastest, as another
+    # job on a loaded machine can stretch any one of them (`-n 2` on 2 cores: one of three past half)
+    assert len(whole) >= 3 and min(whole) < 0.5 * (prof.forward_s + prof.backward_s)
     # every iteration marks its start, step and end; hooked ones each of their layers too
     assert clock.marks >= 3 * 7 + 3 * hooked_marks
 
