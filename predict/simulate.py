@@ -99,7 +99,10 @@ but for PS on the emulated cluster's links, below):
   core and the all-reduces run on measured lanes (`starves`: 2 or 4 workers on 2 cores here,
   Gloo's receiving loop threads under SCHED_IDLE; for ByteScheduler 4, more workers than
   cores), none of that: an all-reduce launched during backward progresses only at its wire's
-  share of its time till backward ends (none on a loopback; `Lanes.starve`), and takes no cores from it;
+  share of its time till backward ends (none on a loopback; `Lanes.starve`), and no further than
+  the first of its ring's 2 (W - 1) steps: Gloo's worker thread sends it, the kernels carry it,
+  and each step after waits for the receiving loop thread, under SCHED_IDLE, to find a core idle
+  (`ring_steps`); it takes no cores from backward;
   ByteScheduler's, which overlap the next forward, till a forward's length after it (its
   pieces hold the cores as backward does: as if it computed first, then the messages ran);
 - where those all-reduces starve, an eager method's iteration takes at least its compute plus
@@ -524,7 +527,8 @@ class Lanes:
 
     Until `starve`'s time (the workers' compute holding every core), a job progresses
     only at the share of its time that is not its `starved_s` (what needs a core: all of it on
-    one machine's loopback, all but the wire's time on the emulated cluster's shaped links)."""
+    one machine's loopback, all but the wire's time on the emulated cluster's shaped links), and
+    only through the first of its `steps` (`submit`)."""
 
     def __init__(self, sim: Sim, lanes: int, shared_speed: float):
         self.sim, self.lanes, self.shared_speed = sim, lanes, shared_speed
@@ -541,9 +545,11 @@ class Lanes:
         self.sim.at(until, self._wake)
         self._schedule()
 
-    def submit(self, dur_s: float, on_done, on_start=None, starved_s: float = 0.0) -> None:
+    def submit(self, dur_s: float, on_done, on_start=None, starved_s: float = 0.0, steps: int = 1) -> None:
+        """`steps`: the job's steps, each of which needs a core to begin (a ring's 2 (W - 1): each
+        next one waits for its thread); while starved it goes no further than its first."""
         self._advance()
-        self.fifo.append((dur_s, on_done, on_start, starved_s))
+        self.fifo.append((dur_s, on_done, on_start, starved_s, steps))
         self._fill()
         self._schedule()
 
@@ -551,8 +557,11 @@ class Lanes:
         return self.shared_speed if len(self.running) > 1 else 1.0
 
     def _speed(self, job: list) -> float:
-        """A job's speed relative to the lanes' rate now."""
-        return job[2] if self.sim.now < self.starved_until else 1.0
+        """A job's speed relative to the lanes' rate now: while starved, its share that needs no
+        core, till it has done the step in flight."""
+        if self.sim.now < self.starved_until:
+            return job[2] if job[3] > STARVED_EPS_S else 0.0
+        return 1.0
 
     def _advance(self) -> None:
         now = self.sim.now
@@ -561,23 +570,28 @@ class Lanes:
             starved = max(0.0, min(now, self.starved_until) - self.last)
             free = now - self.last - starved
             for job in self.running.values():
-                job[0] -= (starved * job[2] + free) * rate
+                done_starved = min(starved * job[2] * rate, job[3])  # no further than its step in flight
+                job[3] -= done_starved
+                job[0] -= done_starved + free * rate
         self.last = now
 
     def _fill(self) -> None:
         while self.fifo and len(self.running) < self.lanes:
             self.seq += 1
-            dur, on_done, on_start, starved_s = self.fifo.popleft()
+            dur, on_done, on_start, starved_s, steps = self.fifo.popleft()
             if callable(dur):  # a duration that depends on when the job starts (a Bucket's tokens)
                 dur = dur(self.sim.now)
             if on_start is not None:
                 on_start(self.sim.now)
-            self.running[self.seq] = [dur, on_done, max(0.0, dur - starved_s) / dur if dur > 0 else 1.0]
+            # [time left alone, on_done, speed while starved, what it may still do while starved]
+            self.running[self.seq] = [dur, on_done, max(0.0, dur - starved_s) / dur if dur > 0 else 1.0, dur / steps]
 
     def _left_s(self) -> dict[int, float]:
         """Each running job's time to its end at the present pace (inf: none while starved)."""
-        rate = self._rate()
-        return {j: max(0.0, job[0]) / (rate * self._speed(job)) if self._speed(job) > 0 else math.inf
+        rate, starved = self._rate(), self.sim.now < self.starved_until
+        # while starved a job that would pass its step in flight stalls there: it ends only after
+        return {j: max(0.0, job[0]) / (rate * self._speed(job))
+                if self._speed(job) > 0 and not (starved and job[0] > job[3] + STARVED_EPS_S) else math.inf
                 for j, job in self.running.items()}
 
     def _schedule(self) -> None:
@@ -604,6 +618,15 @@ class Lanes:
         for on_done in callbacks:
             if on_done is not None:
                 on_done()
+
+
+STARVED_EPS_S = 1e-12  # what a starved job has left of its step in flight, below which it has none
+
+
+def ring_steps(ranks: int) -> int:
+    """A ring all-reduce's steps: W - 1 of reduce-scatter, W - 1 of all-gather, each a chunk sent
+    to the next rank once the one before arrived (and was summed): each begins on its thread."""
+    return max(1, 2 * (ranks - 1))
 
 
 def slowest_lane_speed(lanes: int) -> float:
@@ -727,7 +750,8 @@ class AllReduceComm:
 
     def starve(self, until: float) -> None:
         """The workers compute on every core until `until` (`starves`): till then an
-        all-reduce progresses only as fast as its wire's share of its time lets it (`Lanes`)."""
+        all-reduce progresses only as fast as its wire's share of its time lets it, through its
+        ring's first step (`Lanes`)."""
         self.lanes.starve(until)
 
     def send(self, nbytes: int, extra_s: float, on_done, on_start=None) -> None:
@@ -738,10 +762,11 @@ class AllReduceComm:
             on_done = self.after_compute.ended(on_done)
         if self.lanes is not None:
             link_bytes = ring_link_bytes(nbytes, w)
-            # the shaped wire's time needs no core; the rest (all of it on a loopback) does
+            # the shaped wire's time needs no core; the rest (all of it on a loopback) does, and
+            # so does the start of every ring step after the first
             wire_s = link_bytes * self.bucket.beta if self.bucket is not None else 0.0
             self.lanes.submit(timed(self.bucket, link_bytes, dur, extra_s), on_done, on_start,
-                              starved_s=max(0.0, dur - wire_s) + extra_s)
+                              starved_s=max(0.0, dur - wire_s) + extra_s, steps=ring_steps(w))
             return
         self.stream.submit((self.stream.timed(ring_link_bytes(nbytes, w), dur, extra_s), 0.0,
                             None if on_start is None else (lambda now, end: on_start(now)), on_done))

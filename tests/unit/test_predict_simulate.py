@@ -865,6 +865,33 @@ def test_starved_lanes_progress_only_at_their_wire_share_by_hand():
     assert ends == pytest.approx({"a": 2.0, "b": 3.0})  # not starved: the starved share is moot
 
 
+def test_a_starved_ring_goes_no_further_than_its_step_in_flight_by_hand():
+    """A ring all-reduce's 2 (W - 1) steps each begin on its thread: while the workers hold the
+    cores, the wire finishes the step in flight and the next waits (`Lanes.submit`'s steps)."""
+    assert [simulate.ring_steps(w) for w in (1, 2, 4)] == [1, 2, 6]
+    sim = simulate.Sim()
+    lanes = simulate.Lanes(sim, 2, 0.5)
+    ends = {}
+    lanes.starve(4.0)
+    # all wire, 4 steps of 0.5 s: alone at full speed it does its first step by 0.5 and stalls
+    # till 4, then its 1.5 s left alone: 5.5
+    lanes.submit(2.0, lambda: ends.setdefault("a", sim.now), starved_s=0.0, steps=4)
+    sim.run()
+    assert ends == pytest.approx({"a": 5.5})
+    sim = simulate.Sim()
+    lanes = simulate.Lanes(sim, 2, 0.5)
+    ends = {}
+    lanes.starve(6.0)
+    # half wire, 2 steps (1 s of its time each); beside it one of one step, half wire too, which
+    # goes on at the wire's share throughout the starving, as before
+    lanes.submit(2.0, lambda: ends.setdefault("a", sim.now), starved_s=1.0, steps=2)
+    lanes.submit(4.0, lambda: ends.setdefault("b", sim.now), starved_s=2.0)
+    sim.run()
+    # both at 0.5 x 0.5: a's first step done at 4, where it stalls; b 1.5 by 6. Then both at 0.5:
+    # a's 1 s ends at 8, b's 2.5 left: 1.5 by 8, then alone: 9.5
+    assert ends == pytest.approx({"a": 8.0, "b": 9.5})
+
+
 def four_workers_on_two_cores() -> Cluster:
     """A loopback measured with Gloo (ring, two lanes at half speed at 4 ranks) whose 4 workers
     share 2 cores, each all-reduce 0.5 s of CPU per worker."""
@@ -877,7 +904,8 @@ def test_all_reduces_wait_out_backward_where_the_workers_outnumber_the_cores():
     """4 workers on 2 cores, all-reduces on Gloo's measured lanes (`simulate.starves`): WFBP-A2A's
     all-reduces launched during backward make no progress till it ends (a loopback: all of an
     all-reduce needs a core) and take no cores from it; on the emulated cluster's shaped links
-    they progress at their wire's share. Forward 1 s, backward 3 s, gradients at 2, 3 and 4 s."""
+    they progress at their wire's share, through the first ring step. Forward 1 s, backward 3 s,
+    gradients at 2, 3 and 4 s."""
     loop = four_workers_on_two_cores()
     opts = dict(stack="ddlbench", backend="gloo")
     one = loop.allreduce_s(40_000, 4, "ring")
@@ -890,12 +918,14 @@ def test_all_reduces_wait_out_backward_where_the_workers_outnumber_the_cores():
     assert not simulate.starves(loop, 2, "ring") and not simulate.starves(loop, 4, "nccl")  # no lanes measured
     # cores enough: the all-reduces run during backward and take their CPU from it
     assert period("wfbp-a2a", toy(), spare, 4, **opts) < 4 + 3 * one
-    # shaped links (a bucket too shallow to matter): 0.75 s of each 2.25 s is wire, a third. p2
-    # alone [2, 3]: 1/3 done; with p1 at 0.5 [3, 4]: 1/6 each; then p2's 1.75 at 0.5 ends at 7.5,
-    # p1's last 1/3 at 0.5 with p0 at 8 1/6, p0's last 1.9167 alone at 10 1/12
+    # shaped links (a bucket too shallow to matter): 0.75 s of each 2.25 s is wire, a third, and
+    # no more than the first of the ring's 6 steps (0.375 s of its time) while starved. p2 alone
+    # [2, 3]: 1/3 done; with p1 at 0.5: p2 reaches its step's end at 3.25 and stalls, p1 1/6 by
+    # 4; then p2's 1.875 at 0.5 ends at 7.75, p1's last 0.2083 at 0.5 with p0 at 8 1/6, p0's last
+    # 2.0417 alone at 10 5/24 (without the step's bound, p2 would have gone on: 10 1/12)
     wire = replace(loop, inter=Link(0.25, 1.25e-5, burst_bytes=1e-6))
     assert one == pytest.approx(2.25) and wire.allreduce_s(40_000, 4, "ring") == pytest.approx(one)
-    assert period("wfbp-a2a", toy(), wire, 4, **opts) == pytest.approx(10 + 1 / 12)
+    assert period("wfbp-a2a", toy(), wire, 4, **opts) == pytest.approx(10 + 5 / 24)
 
 
 def test_starved_eager_all_reduces_take_at_least_every_message_cpu_at_the_cores_share():
