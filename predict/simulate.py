@@ -589,7 +589,8 @@ class Lanes:
     def _left_s(self) -> dict[int, float]:
         """Each running job's time to its end at the present pace (inf: none while starved)."""
         rate, starved = self._rate(), self.sim.now < self.starved_until
-        # while starved a job that would pass its step in flight stalls there: it ends only after
+        # while starved, a job that would pass the end of its step in flight stalls there: it ends
+        # only after the starving (`_wake` reschedules)
         return {j: max(0.0, job[0]) / (rate * self._speed(job))
                 if self._speed(job) > 0 and not (starved and job[0] > job[3] + STARVED_EPS_S) else math.inf
                 for j, job in self.running.items()}
