@@ -517,6 +517,9 @@ def kept_bucket(buckets: dict | None, key, link: Link) -> Bucket:
     return buckets[key]
 
 
+STARVED_EPS_S = 1e-12  # what a starved job has left of its step in flight, below which it has none
+
+
 class Lanes:
     """Collectives on a process group with `lanes` worker threads (Gloo's: ProcessGroupGloo runs
     each async collective on the next free one of its threads, 2 by default): they start in
@@ -619,9 +622,6 @@ class Lanes:
         for on_done in callbacks:
             if on_done is not None:
                 on_done()
-
-
-STARVED_EPS_S = 1e-12  # what a starved job has left of its step in flight, below which it has none
 
 
 def ring_steps(ranks: int) -> int:
@@ -1251,6 +1251,7 @@ class Result:
     workers: int
     period_s: float
     compute_s: float
+    busy_s: float = 0.0  # the cores' time on the iteration's messages (`messages_cpu_s`)
 
     def samples_per_sec(self, local_batch: int) -> float:
         return self.workers * local_batch / self.period_s
@@ -1266,13 +1267,12 @@ def simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opts
     them starts the next iteration's compute after that wait."""
     r = _simulate(method, profile, cluster, workers, opts, plan)
     if workers > 1 and profile.after_idle:
-        busy_s = messages_cpu_s(method, profile, cluster, workers, opts or Options(), plan)
-        r = replace(r, period_s=r.period_s + profile.idle_extra_s(r.period_s - r.compute_s - busy_s))
+        r = replace(r, period_s=r.period_s + profile.idle_extra_s(r.period_s - r.compute_s - r.busy_s))
     return r
 
 
-def messages_cpu_s(method: str, profile: Profile, cluster: Cluster, workers: int, opts: Options,
-                   plan: Plan | None = None) -> float:
+def messages_cpu_s(p: Plan, profile: Profile, cluster: Cluster, workers: int, opts: Options,
+                   cfg: dict | None = None) -> float:
     """How long the cores the workers share (`Cluster.host_cpu`) are busy with one iteration's
     messages, beyond the compute: every message's CPU as make commbench measured it on these
     cores (all-reduce: `HostCpu.allreduce_s` per worker, and what the runtime's launch from a
@@ -1283,23 +1283,19 @@ def messages_cpu_s(method: str, profile: Profile, cluster: Cluster, workers: int
     and comes back slower (the compute probe's after-idle steps slept). Local 2-worker WFBP-A2A
     of tiny-resnet on 2 cores: 26 ms an iteration, 14 of it beyond the compute and every bit
     of that the messages' CPU (the cores 1.8-1.9 busy), where the idle charge had added 6 ms.
-    0 without `host_cpu`, or where commbench measured no CPU for the method's messages."""
+    0 without `host_cpu`, or where commbench measured no CPU for the method's messages. `cfg`,
+    the method's config: for PS and ByteScheduler (their partitions and units)."""
     hc = cluster.host_cpu
     if hc is None or workers < 2:
         return 0.0
-    opts = opts or Options()
-    cfg = method_config(method, opts.bytescheduler_ps)
-    p = plan or plan_for(method, profile, cluster, workers, opts)
     if p.ps:  # every message, as host_cpu_s counts those that leave during backward
         return host_cpu_s(replace(p, eager=True), profile, cluster, workers, cfg, opts)
     if hc.allreduce_s(0, workers) is None:
         return 0.0
     esize = profile.element_size
-    if p.bytescheduler:
-        numels = bytescheduler_units(profile, cfg)[0]
-    else:
-        numels = message_numels(profile, p.messages)
+    numels = bytescheduler_units(profile, cfg)[0] if p.bytescheduler else message_numels(profile, p.messages)
     ordered = leader_orders(p, opts)
+    # DDP's reducer launches its buckets from C++, ByteScheduler from its own thread: not the hooks
     launch_s = opts.launch_s if p.eager and not p.buffer_sync and not p.bytescheduler else 0.0
     return workers * sum(hc.allreduce_s(n * esize, workers, ordered) + launch_s for n in numels) / hc.cores
 
@@ -1313,6 +1309,7 @@ def _simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opt
     cluster.nodes(workers)  # validates the worker count against the network
     p = plan or plan_for(method, profile, cluster, workers, opts)
     compute_s = profile.compute_s
+    busy_s = messages_cpu_s(p, profile, cluster, workers, opts, cfg)
     wait = profile.sync_factor(workers) if opts.stragglers else 1.0
     if wait > 1:
         profile = profile.slower(wait)  # every step waits for the slowest worker's compute
@@ -1326,7 +1323,7 @@ def _simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opt
     if cpu_s:
         profile = stretched_backward(profile, cpu_s)
     if p.ps and not p.bytescheduler and opts.server_contention and fifo_pulls(cluster, workers):
-        return Result(method, workers, ps_machines_period_s(p, profile, cluster, workers, cfg, opts), compute_s)
+        return Result(method, workers, ps_machines_period_s(p, profile, cluster, workers, cfg, opts), compute_s, busy_s)
     n = len(profile.names)
     tensor_bytes = profile.tensor_bytes
     units = [0] * n  # ByteScheduler's units per parameter
@@ -1364,8 +1361,8 @@ def _simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opt
         else:
             f0 = max(b_end, max(done)) + unpack_s(p, profile) + sum(profile.update_s)
     starts.append(f0)
-    return Result(method, workers, max(starts[-1] - starts[-2], cpu_floor_s(p, profile, cluster, workers, opts)),
-                  compute_s)
+    return Result(method, workers, max(starts[-1] - starts[-2], cpu_floor_s(p, profile, cluster, workers, opts, busy_s)),
+                  compute_s, busy_s)
 
 
 def message_numels(profile: Profile, messages) -> list[int]:
@@ -1373,13 +1370,15 @@ def message_numels(profile: Profile, messages) -> list[int]:
     return [sum(profile.numels[i] for i in m) for m in messages]
 
 
-def cpu_floor_s(p: Plan, profile: Profile, cluster: Cluster, workers: int, opts: Options) -> float:
+def cpu_floor_s(p: Plan, profile: Profile, cluster: Cluster, workers: int, opts: Options,
+                messages_s: float | None = None) -> float:
     """Where eager all-reduces starve (`starves`: the workers hold every core of the machine
     they share), an iteration takes at least its compute (measured beside the others, so
     already their share of the cores) plus every message's CPU at that share, W / cores: the
     machine's busy CPU per worker that make commbench's bursts measured (`HostCpu.allreduce_s`:
     Gloo's threads, the kernel's networking, commbench's own launch) and what the runtime's
-    launch adds to that (`Options.launch_s`). The lanes (`Lanes.starve`) time those all-reduces
+    launch adds to that (`Options.launch_s`): `messages_cpu_s`, given as `messages_s` where the
+    caller has it. The lanes (`Lanes.starve`) time those all-reduces
     after backward; this bounds the whole. Local 2-worker WFBP-A2A runs of tiny-resnet on 2
     cores: an iteration was the rank's whole CPU to 1-2 ms (its record's per-thread CPU: the main
     thread 2.5-4.75 ms more than BSP-A2A's, Gloo's loop threads 6-8 ms), where the lanes alone
@@ -1390,10 +1389,9 @@ def cpu_floor_s(p: Plan, profile: Profile, cluster: Cluster, workers: int, opts:
     if not p.eager or p.ps or p.bytescheduler or workers < 2 or hc is None or \
             not starves(cluster, workers, opts.algorithm) or hc.allreduce_s(0, workers) is None:
         return 0.0
-    launch_s = 0.0 if p.buffer_sync else opts.launch_s  # DDP's reducer launches its buckets from C++
-    per_message = [hc.allreduce_s(n * profile.element_size, workers) + launch_s
-                   for n in message_numels(profile, p.messages)]
-    return profile.compute_s + sum(per_message) * workers / hc.cores
+    if messages_s is None:  # `messages_cpu_s`, where the caller has not already
+        messages_s = messages_cpu_s(p, profile, cluster, workers, opts)
+    return profile.compute_s + messages_s
 
 
 def forward_with_updates(profile: Profile, order_by_need: list[int], f0: float,

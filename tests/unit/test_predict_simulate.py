@@ -87,18 +87,22 @@ def test_a_wait_the_messages_cpu_fills_is_no_idle():
     shared = replace(alone, host_cpu=HostCpu(cores=2, s_per_message=0.0,
                                              allreduce={2: {"s_per_message": 0.5, "s_per_byte": 0.0}}))
     prof = toy().with_after_idle([(1.0, 0.2), (4.0, 0.3)])
+
+    def busy(method, workers=2, **opts):
+        o = simulate.Options(**opts)
+        plan = simulate.plan_for(method, prof, shared, workers, o)
+        return simulate.messages_cpu_s(plan, prof, shared, workers, o, simulate.method_config(method))
     assert period("bsp-a2a", prof, alone) == pytest.approx(6.0 + 0.2 + 0.1 / 3)
-    assert simulate.messages_cpu_s("bsp-a2a", prof, shared, 2, simulate.Options()) == pytest.approx(0.5)
+    assert busy("bsp-a2a") == pytest.approx(0.5)
     assert period("bsp-a2a", prof, shared) == pytest.approx(6.0 + 0.2 + 0.1 * 0.5 / 3)
-    assert simulate.messages_cpu_s("wfbp-a2a", prof, shared, 2, simulate.Options()) == pytest.approx(1.5)
+    assert busy("wfbp-a2a") == pytest.approx(1.5)
     assert period("wfbp-a2a", prof, shared) == pytest.approx(6.0 + 0.1)
     # the runtime's launch from each gradient's hook is CPU too: 0.25 s more a message, 0.75 s
     # more busy, so WFBP's wait is all busy
-    assert simulate.messages_cpu_s("wfbp-a2a", prof, shared, 2, simulate.Options(stack="ddlbench", launch_s=0.25)) == \
-        pytest.approx(2.25)
+    assert busy("wfbp-a2a", stack="ddlbench", launch_s=0.25) == pytest.approx(2.25)
     full = replace(shared, host_cpu=replace(shared.host_cpu, allreduce={2: {"s_per_message": 2.0, "s_per_byte": 0.0}}))
     assert period("bsp-a2a", prof, full) == pytest.approx(6.0)
-    assert simulate.messages_cpu_s("bsp-a2a", prof, shared, 1, simulate.Options()) == 0.0
+    assert busy("bsp-a2a", 1) == 0.0
 
 
 def test_a_collective_after_compute_pays_what_commbench_found_then():
