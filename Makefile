@@ -213,6 +213,12 @@ BENCH_ONE_REPEATS ?= 6
 # workers on 2 cores a run's two probes were 23% apart at the median over a bench at 8 steps
 # (54% at most), 11% at 24 (23% at most).
 BENCH_PROBE_ITERS ?= 24
+# Each multi-worker run's repeats also time this many rounds of the model's gradients all-reduced one
+# tensor each, all at once (driver: the communication probe, make commbench's fusion burst): on this
+# machine's shared cores a message's cost drifts over minutes (the burst at 4 workers: 49.5 ms, then
+# 81.6 ms ten minutes later), so the validation scales the network the bench measures at its end by
+# each local run's probe against that burst (predict_validation.comm_scale).
+BENCH_COMM_PROBE_ROUNDS ?= 10
 # Each repeat times this many steps as one block, and each multi-worker run has BENCH_REPEATS of
 # them. The local profile's 8 steps are 40 ms of tiny-resnet on this machine: one disturbance of the
 # shared machine (a step at 13-20 ms in place of 6) moved a block by up to 45%, and two repeats of
@@ -223,8 +229,8 @@ BENCH_MEASURED_ITERS ?= 40
 BENCH_REPEATS ?= 5
 # The bench's two sweeps, given where they run ($(1): the launcher's overrides and results_dir).
 bench_many = $(PY) -m ddlbench --multirun method=$(ALL_METHODS) workers=2,4 model=$(BENCH_MODEL) $(1) \
-	profile.compute_probe_iters=$(BENCH_PROBE_ITERS) profile.measured_iters=$(BENCH_MEASURED_ITERS) \
-	profile.repeats=$(BENCH_REPEATS) skip_recorded=true $(OVERRIDES)
+	profile.compute_probe_iters=$(BENCH_PROBE_ITERS) profile.comm_probe_rounds=$(BENCH_COMM_PROBE_ROUNDS) \
+	profile.measured_iters=$(BENCH_MEASURED_ITERS) profile.repeats=$(BENCH_REPEATS) skip_recorded=true $(OVERRIDES)
 bench_one = $(PY) -m ddlbench --multirun method=bsp-a2a,bytescheduler-ps,bytescheduler-a2a workers=1 \
 	model=$(BENCH_MODEL) profile.measured_iters=$(BENCH_MEASURED_ITERS) profile.repeats=$(BENCH_ONE_REPEATS) \
 	$(1) skip_recorded=true $(OVERRIDES)

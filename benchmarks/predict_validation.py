@@ -432,7 +432,7 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
             link = one_worker_link(r["method"], record_network(r) or local_network)
             own[(*setup_key(r), r["method"], link)].append(r)
     shared, alone, runs, units = defaultdict(list), defaultdict(list), [], {}
-    others = {"profile": defaultdict(list), "spread": defaultdict(list)}
+    others = {"profile": defaultdict(list), "spread": defaultdict(list), "unscaled": defaultdict(list)}
     for r, base in setups(recs):
         net = record_network(r) or local_network
         if net is None:
@@ -455,6 +455,10 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
             units[ukey] = simulate.calibrate_unit_s(r["method"], prof1, placed,
                                                     r["local_batch"] / one_worker_samples_per_sec(mine), stack_opts)
         unit_s = units.get(ukey, 0.0)
+        # the network as the run found it: the bench's, scaled by the run's communication probe
+        # against the bench's commbench burst (`comm_scale`), where both were measured
+        scale = comm_scale(r, net, here)
+        as_measured, placed = placed, (network.slower(placed, scale) if scale else placed)
         ratio = by_itself.compute_s / beside.compute_s
         machinery = setup_machinery(results, r)
         resolved, plan = mgwfbp_resolved(r), ""
@@ -475,6 +479,7 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
                 calibrations["spread"] = (r["local_batch"] / probe, unit_s / at_run, machinery,
                                           r["compute_probe_iter_s"], 0.0)
         source = "probe" if probe else "profile"  # the prediction of the workers sharing the cores
+        calibrations["unscaled"] = calibrations[source]  # the same on the bench's network as measured
         label = "lock-step" if lockstep else source  # where its compute came from
         pair = {}
         # ByteScheduler's machinery: a delay on its own update path (calibrated from its one-worker
@@ -484,12 +489,12 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
             # the iterations' spread measured with the same compute: what W workers wait for
             prof = with_run_copy(replace(cli.load_profile(r["model"], r["local_batch"], one), iteration_s=list(spread)),
                                  r, results).started_late(late)
-            if name == "probe":  # its compute after the workers idled, as the probe timed it
-                prof = prof.with_after_idle(probe_after_idle(r))
+            if name == "probe" or (name == "unscaled" and source == "probe"):  # its compute after the workers
+                prof = prof.with_after_idle(probe_after_idle(r))                # idled, as the probe timed it
             if resolved and r.get("groups"):  # MG-WFBP: the groups the run sent, where they fit the profile
                 opts = replace(opts, mgwfbp_group_bytes=run_groups_of(r, prof))
-            p, prof, cluster = cli.predict(r["model"], [r["workers"]], placed, (r["method"],), r["local_batch"], one,
-                                           opts, explain=False, prof=prof)
+            p, prof, cluster = cli.predict(r["model"], [r["workers"]], as_measured if name == "unscaled" else placed,
+                                           (r["method"],), r["local_batch"], one, opts, explain=False, prof=prof)
             pair[name] = (p[(r["method"], r["workers"])].samples_per_sec, r["samples_per_sec"])
             if resolved and name == source and r.get("groups"):
                 # the groups also depend on the backward times: does the run's alpha, beta give
@@ -506,10 +511,30 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
                 if opts.mgwfbp_group_bytes is None:
                     plan += "; timed: merged here (the run's do not fit this profile)"
         for pairs, name in ((shared, source), (others["profile"], "profile"), (alone, "alone"),
-                            (others["spread"], "spread" if lockstep else source)):
+                            (others["spread"], "spread" if lockstep else source), (others["unscaled"], "unscaled")):
             pairs[r["method"]].append(pair[name])
-        runs.append((r["method"], f"{net} (bench's)" if here else net, r["workers"], *pair[source], plan, label))
+        where_net = (f"{net} (bench's" + (f", x{scale:.2f} by the run's comm probe" if scale else "") + ")") if here else net
+        runs.append((r["method"], where_net, r["workers"], *pair[source], plan, label))
     return shared, alone, runs, units, others
+
+
+def comm_scale(rec: dict, net: str, here: tuple[str, Path] | None) -> float | None:
+    """How much longer than at the bench's end this run's messages took: its communication
+    probe (driver: `profile.comm_probe_rounds`; the model's per-tensor all-reduces launched at
+    once, the slowest worker's mean round, per repeat; their median) over make commbench's same
+    burst at the run's worker count, in the bench's own network (`here`, `bench_network`;
+    `network.commbench_burst_s`). The validation takes the run's network as that one with every
+    message that much longer (`network.slower`): on one machine's cores a message's time is the
+    cores' (Gloo's threads, the kernel's loopback), and what the workers get of them drifts over
+    minutes (the burst of tiny-resnet's 29 all-reduces at 4 local workers: 49.5 ms, then 81.6 ms
+    ten minutes later; WFBP-A2A's 4-worker runs of the same code 135-167 samples/s). Local runs
+    only (no `network` in the record, one host): an emulated link's rate is tc's, which does not
+    drift. None where the run has no probe or the bench no such burst."""
+    probe = rec.get("comm_probe_s")
+    if not probe or here is None or record_network(rec) is not None or len(rec.get("hosts") or [None]) != 1:
+        return None
+    burst = network.commbench_burst_s(here[0], rec["workers"], rec["model"], here[1])
+    return statistics.median(probe) / burst if burst else None
 
 
 def probe_compute_s(rec: dict) -> float | None:
@@ -649,17 +674,22 @@ def main(argv=None) -> int:
           "workers as the bench finished (also shown alone, 'bench-end profile'); alone: as if each worker had "
           "the one-worker run's machine to itself; a run's compute is its lock-step probe's slowest step where "
           "it ran one ('lock-step'), else its free-running steps' mean, their spread as independent draws for "
-          "the wait, shown beside the first for every lock-step run too ('free steps'))")
+          "the wait, shown beside the first for every lock-step run too ('free steps'); a local run's network is "
+          "the bench's with every message as much longer as the run's communication probe took against the "
+          "bench's commbench burst, where it ran one (comm_scale: 'x k' in the rows below), beside the bench's "
+          "network as measured ('network as the bench measured it'))")
     apart = spread(a.results[0], a.again) if a.again else {}
     print(markdown(["method", "runs", "median APE, sharing (target <= 10%)", "probed runs", "lock-step",
-                    "median APE, sharing, free steps", "median APE, sharing, bench-end profile", "median APE, alone",
+                    "median APE, sharing, free steps", "median APE, sharing, bench-end profile",
+                    "median APE, sharing, network as the bench measured it", "median APE, alone",
                     f"median APE of samples/s over {REFERENCE}'s (sharing)"]
                    + ([f"median apart from {a.again} (runs)"] if a.again else []),
                    [[m, len(ps), f"{simulate.mape(ps):.1%}",
                      sum(1 for r in runs if r[0] == m and r[-1] in ("probe", "lock-step")),
                      sum(1 for r in runs if r[0] == m and r[-1] == "lock-step"),
                      f"{simulate.mape(others['spread'][m]):.1%}",
-                     f"{simulate.mape(others['profile'][m]):.1%}", f"{simulate.mape(alone[m]):.1%}",
+                     f"{simulate.mape(others['profile'][m]):.1%}", f"{simulate.mape(others['unscaled'][m]):.1%}",
+                     f"{simulate.mape(alone[m]):.1%}",
                      f"{statistics.median(rel[m]):.1%}" if rel.get(m) else "-"]
                     + ([f"{statistics.median(apart[m]):.1%} ({len(apart[m])})" if apart.get(m) else "-"]
                        if a.again else [])
@@ -764,7 +794,8 @@ def pooled(results: list[str], local_network: str | None) -> dict:
     runs here measured 2-87% apart per method, depending on the method); the pool's median weighs
     the model against every run measured."""
     out = {"shared": defaultdict(list), "alone": defaultdict(list), "relative": defaultdict(list),
-           "others": {"profile": defaultdict(list), "spread": defaultdict(list)}, "per_bench": {}}
+           "others": {"profile": defaultdict(list), "spread": defaultdict(list), "unscaled": defaultdict(list)},
+           "per_bench": {}}
     for r in results:
         shared, alone, runs, units, others = local(r, local_network)
         for into, got in ((out["shared"], shared), (out["alone"], alone), (out["relative"], relative(runs)),

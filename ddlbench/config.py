@@ -223,6 +223,8 @@ def resolve(cfg: DictConfig) -> DictConfig:
         _int(cfg, "profile.repeats", 1)
         if "compute_probe_iters" in cfg.profile:
             _int(cfg, "profile.compute_probe_iters", 0)
+        if "comm_probe_rounds" in cfg.profile:
+            _int(cfg, "profile.comm_probe_rounds", 0)
         if cfg.profile.distinct_batches == "auto":  # every iteration of a repeat gets its own batch
             cfg.profile.distinct_batches = min(cfg.profile.warmup_iters + cfg.profile.measured_iters,
                                                AUTO_DISTINCT_BATCHES_MAX)

@@ -47,6 +47,19 @@ idle comes back slower (here, tiny-resnet at one thread, two workers: 0-0.5 ms m
 of idle, 0.9-2.2 ms after 16-32 ms, of a 12-13 ms step).
 The predictor's validation calibrates its compute from both; they are no multi-worker result
 (nothing communicates but the barrier, outside every timed step) and never enter the throughput.
+
+With `profile.comm_probe_rounds` > 0 and several workers (the benches set it; 0 by default),
+every repeat then also starts with a communication probe: that many rounds, each after a
+barrier, of the model's gradient shapes all-reduced one tensor each over the run's worker group,
+all launched at once, then waited (no training: buffers of ones of the gradients' sizes, in the
+order backward makes them), after one untimed round. That is make commbench's fusion burst
+(commbench.modes.fusion, `per_tensor`), timed as it times it: each worker's mean round, the
+slowest worker's (`comm_probe_s`, per repeat; a `comm probe` span in the trace). What messages
+cost the cores that workers share drifts here as their compute does (the burst of tiny-resnet's
+29 all-reduces at 4 local workers: 49.5 ms, then 81.6 ms ten minutes later), so the
+validation scales the network that make commbench measured at the bench's end by this burst
+against commbench's own. It is a microbenchmark beside the run, like the compute probe, and
+never enters the throughput.
 """
 from __future__ import annotations
 
@@ -66,6 +79,7 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
     if ctx.device.type == "cuda":
         torch.backends.cudnn.benchmark = True  # the study's setting; autotuning then happens in set-up and warm-up
     probe = _Probe(workload, cfg) if cfg.profile.get("compute_probe_iters", 0) else None  # before any hook
+    comm_probe = _CommProbe(workload, cfg, ctx) if cfg.profile.get("comm_probe_rounds", 0) and ctx.world > 1 else None
     model = sync.wrap(workload.model)
     sync.setup(workload.model)
     opt = sync.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=cfg.optimizer.lr, momentum=cfg.optimizer.momentum))
@@ -82,6 +96,7 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
     probe_own_s: list[float] = []
     probe_after_idle_s: list[list[float]] = []
     probe_after_idle_own_s: list[list[float]] = []
+    comm_probe_s: list[float] = []
     iteration = 0
 
     def one() -> None:
@@ -99,6 +114,8 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
             probe_s.append(sum(steps) / len(steps))
             probe_lockstep_s.append(sum(lockstep) / len(lockstep))
             probe_own_s.append(sum(own) / len(own))
+        if comm_probe is not None:
+            comm_probe_s.append(comm_probe.run(ctx, tracer, iteration, repeat))
         last = time.perf_counter()
         for i in range(p.warmup_iters):
             one()
@@ -144,6 +161,9 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
             "compute_probe_lockstep_own_s": probe_own_s, "compute_probe_idle_s": list(PROBE_IDLE_S),
             "compute_probe_after_idle_s": probe_after_idle_s, "compute_probe_after_idle_own_s": probe_after_idle_own_s}
            if probe is not None else {}),
+        **({"comm_probe_s": comm_probe_s, "comm_probe_rounds": comm_probe.rounds, "comm_probe_tensors": len(comm_probe.grads),
+            "comm_probe_bytes": sum(g.numel() * g.element_size() for g in comm_probe.grads)}
+           if comm_probe is not None else {}),
         **numerics(ctx.device),
     }
 
@@ -209,6 +229,36 @@ class _Probe:
         self.opt.step()
         self.opt.zero_grad()
         _sync(ctx.device)
+
+
+class _CommProbe:
+    """The communication probe (module docstring): the model's gradient shapes, fp32, on the
+    run's device, all-reduced one tensor each over the run's worker group."""
+
+    def __init__(self, workload, cfg, ctx):
+        self.rounds = int(cfg.profile.comm_probe_rounds)
+        # in the order backward makes them, as commbench.modes.gradient_numels
+        self.grads = [torch.ones(p.numel(), dtype=torch.float32, device=ctx.device)
+                      for p in workload.model.parameters() if p.requires_grad][::-1]
+
+    def run(self, ctx, tracer, iteration: int, repeat: int) -> float:
+        """One probe: the slowest worker's mean round, in seconds (every worker returns it)."""
+        t0_us = tracer.now_us()
+        times = []
+        for i in range(self.rounds + 1):  # the first untimed
+            _slowest_rank([0.0], ctx)  # a barrier: each round starts together, as commbench's
+            t0 = time.perf_counter()
+            works = [dist.all_reduce(g, group=ctx.group, async_op=True) for g in self.grads]
+            for w in works:
+                w.wait()
+            _sync(ctx.device)  # on a GPU the wait orders the stream; the clock needs the kernels done
+            if i:
+                times.append(time.perf_counter() - t0)
+        mine = sum(times) / len(times)
+        slowest = _slowest_rank([mine], ctx)[0]
+        tracer.complete("comm probe", "probe", t0_us, tracer.now_us(),
+                        {"iter": iteration, "rounds": self.rounds, "repeat": repeat, "tensors": len(self.grads)}, lane="comm")
+        return slowest
 
 
 def lockstep_steps_s(everyone: list) -> tuple[list[float], list[float]]:

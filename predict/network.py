@@ -700,6 +700,26 @@ def emulated_lanes(cluster: "Cluster", data: dict) -> dict:
     return out
 
 
+def commbench_burst_s(name: str, ranks: int, model: str, directory: Path | None = None) -> float | None:
+    """make commbench's burst of `model`'s per-tensor fp32 all-reduces, all launched at once, then
+    waited (its fusion mode's `per_tensor`: the median over records of the slowest rank's mean
+    round), at `ranks` ranks, as the config `name` it wrote keeps it (`data_lanes`:
+    `burst_measured_s` beside a paced round, else `measured_s`, which is the burst's where no pace
+    is given); None where it kept none. The driver's communication probe times the same burst
+    beside a run (`comm_probe_s`)."""
+    import yaml
+
+    path = (directory or conf_dir()) / f"{name}.yaml"
+    if not path.exists():
+        return None
+    data = ((yaml.safe_load(path.read_text()) or {}).get("data_lanes") or {})
+    d = (data.get(ranks) or data.get(str(ranks)) or {}).get(model)
+    if not d:
+        return None
+    burst = d.get("burst_measured_s") if d.get("pace_s") else d.get("measured_s")
+    return float(burst) if burst is not None and float(burst) > 0 else None
+
+
 # commbench's collective -> its key under a config's `inter:` (the all-reduce's is the link's own).
 MEASURED_KEYS = {"all_reduce": "allreduce", "reduce": "reduce", "broadcast": "broadcast"}
 

@@ -55,3 +55,50 @@ def test_the_lockstep_probe_counts_each_steps_slowest_worker():
         assert fast[key] == slow[key] and len(fast[key]) == len(driver.PROBE_IDLE_S)
         assert all(t >= SLOW_S for t in fast[key])
     assert all(t >= o for t, o in zip(fast["after_idle"], fast["after_idle_own"]))
+
+
+SLOW_LAUNCH_S = 0.2  # rank 1's delay before the first all-reduce of each round
+ROUNDS = 3
+
+COMM_PROBE = textwrap.dedent(f"""
+    import json, sys, time, torch, torch.distributed as dist
+    from ddlbench import config, driver, methods, models
+    from ddlbench.trace import Tracer
+    torch.set_num_threads(1)
+    rank = int(sys.argv[1])
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + sys.argv[2], rank=rank, world_size=2)
+    cfg = config.resolve(config._compose(["method=bsp-a2a", "model=tiny-resnet", "workers=2", "local_batch=2",
+                                          "profile.comm_probe_rounds={ROUNDS}"]))
+    w = models.build(cfg.model, cfg.local_batch, cfg.seed)
+    ctx = methods.Context(rank=rank, world=2, device=torch.device("cpu"), tracer=Tracer(rank), workload=w,
+                          seed=cfg.seed)
+    probe = driver._CommProbe(w, cfg, ctx)
+    first = probe.grads[0]
+    real = dist.all_reduce
+
+    def all_reduce(t, *args, **kwargs):  # rank 1 launches each round {SLOW_LAUNCH_S} s late
+        if rank == 1 and t is first:
+            time.sleep({SLOW_LAUNCH_S})
+        return real(t, *args, **kwargs)
+
+    dist.all_reduce = all_reduce
+    t = probe.run(ctx, ctx.tracer, 0, 0)
+    grads = [g.unique().tolist() for g in probe.grads]
+    sizes = [p.numel() for p in w.model.parameters() if p.requires_grad][::-1]
+    events = [e for e in ctx.tracer.events if e["name"] == "comm probe"]
+    print(json.dumps({{"t": t, "grads": grads, "sizes": [g.numel() for g in probe.grads], "model_sizes": sizes,
+                      "events": events}}), flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+""")
+
+
+def test_the_comm_probe_times_the_slowest_workers_rounds_of_the_models_all_reduces():
+    """driver._CommProbe: every gradient's shape all-reduced over the group in each of its
+    rounds (ones, so each round doubles them: ROUNDS + 1 rounds, the first untimed), in
+    backward's order, and both workers report the slowest worker's mean round."""
+    a, b = (json.loads(out.strip().splitlines()[-1]) for out in two_ranks(COMM_PROBE, timeout_s=180))
+    assert a["t"] == b["t"] >= SLOW_LAUNCH_S
+    assert a["sizes"] == a["model_sizes"] and len(a["sizes"]) > 1
+    assert all(g == [2.0 ** (ROUNDS + 1)] for g in a["grads"] + b["grads"])
+    assert len(a["events"]) == 1 and a["events"][0]["args"]["rounds"] == ROUNDS

@@ -50,11 +50,13 @@ def test_make_reproduce_rejects_a_bad_method_before_running_anything(tmp_path):
 @pytest.fixture(scope="module")
 def launched(tmp_path_factory) -> dict:
     """ByteScheduler-A2A, whose communication runs on into the next forward pass, with each of
-    two repeats a launch of its own; small partitions and credit so that pieces queue."""
+    two repeats a launch of its own; small partitions and credit so that pieces queue; and the
+    driver's communication probe before each repeat."""
     results = tmp_path_factory.mktemp("launched")
     ddlbench("method=bytescheduler-a2a", "model=tiny-resnet", "workers=2", "local_batch=4", "profile.warmup_iters=1",
              "profile.measured_iters=2", "profile.repeats=2", "profile.repeat_mode=launch", "trace=true",
-             "save_params=true", "method.partition_params=1024", "method.credit_params=4096", results=results, check=True)
+             "save_params=true", "method.partition_params=1024", "method.credit_params=4096", "profile.comm_probe_rounds=2",
+             results=results, check=True)
     (rec,) = records(results)
     return rec
 
@@ -67,6 +69,10 @@ def test_repeats_as_launches_merge_into_one_record_and_each_launch_is_lossless(l
     assert rec["samples_per_sec_per_repeat"] == per and rec["samples_per_sec"] == pytest.approx(sum(per) / 2)
     assert rec["block_time_s"] == [t for launch in rec["launches"] for t in launch["block_time_s"]]
     assert all(launch["iterations_total"] == 3 for launch in rec["launches"])  # each launch starts afresh
+    # each launch's communication probe, one per repeat, joined as the blocks are
+    assert rec["comm_probe_rounds"] == 2 and rec["comm_probe_tensors"] > 1
+    assert rec["comm_probe_s"] == [t for launch in rec["launches"] for t in launch["comm_probe_s"]]
+    assert len(rec["comm_probe_s"]) == 2 and all(t > 0 for t in rec["comm_probe_s"])
     want = reference_parameters(Path(rec["run_dir"]))  # one launch's iterations
     for d in rec["launch_dirs"]:
         got = torch.load(Path(d) / "params.pt")
@@ -85,6 +91,8 @@ def test_nothing_leaks_out_of_the_clock(launched):
         for rank in range(rec["workers"]):
             events = load_trace(launch["trace"][rank])
             (block,) = [e for e in events if e["cat"] == "measure"]
+            (probe,) = [e for e in events if e["name"] == "comm probe"]  # before the warm-up, outside the block
+            assert probe["ts"] + probe["dur"] <= min(e["ts"] for e in events if e["cat"] == "forward")
             first, n = block["args"]["iter"], block["args"]["iters"]
             assert (first, n) == (1, 2)
             inside = [e for e in events if e["cat"] != "measure" and first <= e["args"]["iter"] < first + n]

@@ -72,6 +72,7 @@ def test_a_torchvision_name_becomes_the_torchvision_model():
         ("profile.distinct_batches=0", ["profile.distinct_batches=0", ">= 1"]),
         ("backend=nccl", ["nccl", "device=cuda"]),
         ("profile.repeats=0", ["profile.repeats=0", ">= 1"]),
+        ("profile.comm_probe_rounds=-1", ["profile.comm_probe_rounds=-1", ">= 0"]),
         ("method=mg-wfbp method.alpha_s=-1", ["alpha_s=-1", ">= 0"]),
         ("method=mg-wfbp method.min_group_numel=-1", ["min_group_numel=-1", ">= 0"]),
         ("method=mg-wfbp method.bench_max_bytes=1024", ["bench_max_bytes=1024", ">= 32768"]),

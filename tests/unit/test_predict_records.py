@@ -205,7 +205,7 @@ def test_validation_pools_several_benches_and_reports_each(monkeypatch, capsys):
         for m, _, p, x in benches[results]:
             shared.setdefault(m, []).append((p, x))
         runs = [(m, "n", w, p, x, "", "lock-step") for m, w, p, x in benches[results]]
-        return shared, shared, runs, {}, {"profile": shared, "spread": shared}
+        return shared, shared, runs, {}, {"profile": shared, "spread": shared, "unscaled": shared}
     monkeypatch.setattr(validation, "local", local)
     monkeypatch.setattr(validation, "machinery_table", lambda results: None)
     pool = validation.pooled(["a", "b"], None)
@@ -361,6 +361,68 @@ def test_validation_takes_one_workers_compute_from_the_runs_own_probe_where_it_h
     assert sorted(p for p, _ in shared["bsp-a2a"]) == pytest.approx(sorted(p for m, _, _, p, *_ in runs
                                                                           if m == "bsp-a2a"))
     assert validation.probe_compute_s({"compute_probe_s": [], "compute_probe_iter_s": []}) is None
+
+
+def test_validation_scales_a_local_runs_network_by_its_comm_probe_against_the_benchs_burst(tmp_path, monkeypatch):
+    """A local run with a communication probe (driver: profile.comm_probe_rounds) is predicted on
+    the bench's own network with every message as much longer as its probe's median round took
+    against the burst make commbench kept in that network (`data_lanes`: the burst beside a paced
+    round, else the round itself); the network as measured is kept beside it; a run without a
+    probe, or on the emulated cluster (a tc rate), is not scaled."""
+    import yaml
+
+    from ddlbench import record
+
+    validation = _validation()
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    spec = yaml.safe_load((network.conf_dir() / "loopback.yaml").read_text())
+    spec["name"] = "local-x"
+    # 2 ranks: a paced round (0.012 s) with the burst beside it (0.01 s); 4 ranks: the burst alone
+    spec["data_lanes"] = {2: {"tiny-resnet": {"tensors": 29, "measured_s": 0.012, "pace_s": 0.0004,
+                                              "burst_measured_s": 0.01}},
+                          4: {"tiny-resnet": {"tensors": 29, "measured_s": 0.05}}}
+    (profiles / "local-x.yaml").write_text(yaml.safe_dump(spec))
+    assert network.commbench_burst_s("local-x", 2, "tiny-resnet", profiles) == 0.01
+    assert network.commbench_burst_s("local-x", 4, "tiny-resnet", profiles) == 0.05
+    assert network.commbench_burst_s("local-x", 3, "tiny-resnet", profiles) is None
+    assert network.commbench_burst_s("local-x", 2, "bert-base", profiles) is None
+    assert network.commbench_burst_s("local-y", 2, "tiny-resnet", profiles) is None
+
+    here = ("local-x", profiles)
+    probed = {**_measured("wfbp-a2a", 2), "comm_probe_s": [0.02, 0.035, 0.019]}  # median 0.02: twice the burst
+    assert validation.comm_scale(probed, "local-x", here) == pytest.approx(2.0)
+    assert validation.comm_scale({**probed, "workers": 4}, "local-x", here) == pytest.approx(0.02 / 0.05)
+    assert validation.comm_scale({**probed, "workers": 3}, "local-x", here) is None  # no burst at 3
+    assert validation.comm_scale(_measured("wfbp-a2a", 2), "local-x", here) is None  # no probe
+    assert validation.comm_scale(probed, "local-x", None) is None  # no network of the bench's own
+    emulated = {**probed, "network": {"emulated": True, "link": "1gbit"}}
+    assert validation.comm_scale(emulated, "local-x", here) is None  # a tc rate does not drift
+    assert validation.comm_scale({**probed, "hosts": ["a", "b"]}, "local-x", here) is None
+
+    fixed = cli.load_profile("tiny-resnet", 8, 100.0)
+    monkeypatch.setattr(profile, "measured", lambda *a, **k: fixed)  # no real profiling here
+    monkeypatch.setattr(profile, "measure_copy", lambda device, threads, **k: (2e-5, 1e9, f"fixed at {threads}"))
+    base = {"env": {"OMP_NUM_THREADS": "1"}, "host_cores": 2}
+    record.write(tmp_path, {**_measured("bsp-a2a", 1, 100.0), **base})
+    record.write(tmp_path, {**probed, **base, "samples_per_sec": 50.0})
+    record.write(tmp_path, {**_measured("wfbp-a2a", 4, 40.0), **base})  # no probe
+    shared, _, runs, _, others = validation.local(str(tmp_path), None)  # the bench's own network: local-x
+    rows = {w: (net, p) for m, net, w, p, *_ in runs}
+    assert rows[2][0] == "local-x (bench's, x2.00 by the run's comm probe)" and rows[4][0] == "local-x (bench's)"
+    unscaled = {x: p for p, x in others["unscaled"]["wfbp-a2a"]}  # by measured samples/s
+    # messages twice as long: the 2-worker run predicted slower than on the network as measured
+    assert rows[2][1] < unscaled[50.0]
+    # the run without a probe: the same either way
+    assert rows[4][1] == unscaled[40.0]
+    # and as much slower as twice the network's alpha and beta make it
+    twice = dict(spec, inter={"allreduce": {k: v * 2 if k in ("alpha_s", "beta_s_per_byte") else v
+                                            for k, v in spec["inter"]["allreduce"].items()}},
+                 data_lanes={2: {"tiny-resnet": {"tensors": 29, "measured_s": 0.02}}})
+    (profiles / "local-x.yaml").write_text(yaml.safe_dump(twice))
+    again = validation.local(str(tmp_path), None)[2]
+    assert {w: p for m, _, w, p, *_ in again}[2] == pytest.approx(rows[2][1], rel=1e-9)  # probe = burst now
+    assert sorted(p for p, _ in shared["wfbp-a2a"]) == sorted(p for m, _, _, p, *_ in runs if m == "wfbp-a2a")
 
 
 def test_validation_calibrates_bytescheduler_ps_against_the_compute_at_its_one_worker_runs_threads(tmp_path,
