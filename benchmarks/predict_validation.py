@@ -529,9 +529,14 @@ def comm_scale(rec: dict, net: str, here: tuple[str, Path] | None) -> float | No
     minutes (the burst of tiny-resnet's 29 all-reduces at 4 local workers: 49.5 ms, then 81.6 ms
     ten minutes later; WFBP-A2A's 4-worker runs of the same code 135-167 samples/s). Local runs
     only (no `network` in the record, one host): an emulated link's rate is tc's, which does not
-    drift. None where the run has no probe or the bench no such burst."""
+    drift. Nor runs with servers (PS): their probe runs beside the servers' processes, where
+    commbench's burst had none, and reads slower for that, not for drift (bl44, 2 local workers:
+    the three PS runs' probes 14.8-15.0 ms at the median, the four all-reduce runs' 9.2-10.0, made
+    within minutes; 4 workers, 68-81 both). None where the run has no probe or the bench no such
+    burst."""
     probe = rec.get("comm_probe_s")
-    if not probe or here is None or record_network(rec) is not None or len(rec.get("hosts") or [None]) != 1:
+    if not probe or here is None or record_network(rec) is not None or len(rec.get("hosts") or [None]) != 1 \
+            or rec.get("servers"):
         return None
     burst = network.commbench_burst_s(here[0], rec["workers"], rec["model"], here[1])
     return statistics.median(probe) / burst if burst else None

@@ -368,7 +368,8 @@ def test_validation_scales_a_local_runs_network_by_its_comm_probe_against_the_be
     the bench's own network with every message as much longer as its probe's median round took
     against the burst make commbench kept in that network (`data_lanes`: the burst beside a paced
     round, else the round itself); the network as measured is kept beside it; a run without a
-    probe, or on the emulated cluster (a tc rate), is not scaled."""
+    probe, on the emulated cluster (a tc rate), or beside servers (commbench's burst had none) is
+    not scaled."""
     import yaml
 
     from ddlbench import record
@@ -399,6 +400,7 @@ def test_validation_scales_a_local_runs_network_by_its_comm_probe_against_the_be
     emulated = {**probed, "network": {"emulated": True, "link": "1gbit"}}
     assert validation.comm_scale(emulated, "local-x", here) is None  # a tc rate does not drift
     assert validation.comm_scale({**probed, "hosts": ["a", "b"]}, "local-x", here) is None
+    assert validation.comm_scale({**probed, "servers": 1}, "local-x", here) is None  # beside a PS server
 
     fixed = cli.load_profile("tiny-resnet", 8, 100.0)
     monkeypatch.setattr(profile, "measured", lambda *a, **k: fixed)  # no real profiling here
