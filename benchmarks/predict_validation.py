@@ -513,7 +513,8 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
         for pairs, name in ((shared, source), (others["profile"], "profile"), (alone, "alone"),
                             (others["spread"], "spread" if lockstep else source), (others["unscaled"], "unscaled")):
             pairs[r["method"]].append(pair[name])
-        where_net = (f"{net} (bench's" + (f", x{scale:.2f} by the run's comm probe" if scale else "") + ")") if here else net
+        where_net = (f"{net} (bench's" + (f", x{scale:.2f} by the run's comm probe" if scale else "") + ")") \
+            if here else net
         runs.append((r["method"], where_net, r["workers"], *pair[source], plan, label))
     return shared, alone, runs, units, others
 

@@ -161,7 +161,8 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
             "compute_probe_lockstep_own_s": probe_own_s, "compute_probe_idle_s": list(PROBE_IDLE_S),
             "compute_probe_after_idle_s": probe_after_idle_s, "compute_probe_after_idle_own_s": probe_after_idle_own_s}
            if probe is not None else {}),
-        **({"comm_probe_s": comm_probe_s, "comm_probe_rounds": comm_probe.rounds, "comm_probe_tensors": len(comm_probe.grads),
+        **({"comm_probe_s": comm_probe_s, "comm_probe_rounds": comm_probe.rounds,
+            "comm_probe_tensors": len(comm_probe.grads),
             "comm_probe_bytes": sum(g.numel() * g.element_size() for g in comm_probe.grads)}
            if comm_probe is not None else {}),
         **numerics(ctx.device),
@@ -257,7 +258,8 @@ class _CommProbe:
         mine = sum(times) / len(times)
         slowest = _slowest_rank([mine], ctx)[0]
         tracer.complete("comm probe", "probe", t0_us, tracer.now_us(),
-                        {"iter": iteration, "rounds": self.rounds, "repeat": repeat, "tensors": len(self.grads)}, lane="comm")
+                        {"iter": iteration, "rounds": self.rounds, "repeat": repeat, "tensors": len(self.grads)},
+                        lane="comm")
         return slowest
 
 

@@ -55,8 +55,8 @@ def launched(tmp_path_factory) -> dict:
     results = tmp_path_factory.mktemp("launched")
     ddlbench("method=bytescheduler-a2a", "model=tiny-resnet", "workers=2", "local_batch=4", "profile.warmup_iters=1",
              "profile.measured_iters=2", "profile.repeats=2", "profile.repeat_mode=launch", "trace=true",
-             "save_params=true", "method.partition_params=1024", "method.credit_params=4096", "profile.comm_probe_rounds=2",
-             results=results, check=True)
+             "save_params=true", "method.partition_params=1024", "method.credit_params=4096",
+             "profile.comm_probe_rounds=2", results=results, check=True)
     (rec,) = records(results)
     return rec
 
