@@ -479,22 +479,26 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
                 calibrations["spread"] = (r["local_batch"] / probe, unit_s / at_run, machinery,
                                           r["compute_probe_iter_s"], 0.0)
         source = "probe" if probe else "profile"  # the prediction of the workers sharing the cores
-        calibrations["unscaled"] = calibrations[source]  # the same on the bench's network as measured
         label = "lock-step" if lockstep else source  # where its compute came from
         pair = {}
         # ByteScheduler's machinery: a delay on its own update path (calibrated from its one-worker
         # run), and beside the run's other workers the cores' time it takes from them (measured so)
-        for name, (one, u, cpu, spread, late) in calibrations.items():
+        # each calibration on the run's network; where a probe scaled it, the run's own calibration
+        # again on the bench's network as measured ("unscaled": else the same prediction)
+        predictions = [(name, c, name, placed) for name, c in calibrations.items()]
+        if scale:
+            predictions.append(("unscaled", calibrations[source], source, as_measured))
+        for name, (one, u, cpu, spread, late), kind, on in predictions:
             opts = replace(stack_opts, bytescheduler_unit_s=u, bytescheduler_cpu_s=cpu, mgwfbp_alpha_beta=resolved)
             # the iterations' spread measured with the same compute: what W workers wait for
             prof = with_run_copy(replace(cli.load_profile(r["model"], r["local_batch"], one), iteration_s=list(spread)),
                                  r, results).started_late(late)
-            if name == "probe" or (name == "unscaled" and source == "probe"):  # its compute after the workers
-                prof = prof.with_after_idle(probe_after_idle(r))                # idled, as the probe timed it
+            if kind == "probe":  # its compute after the workers idled, as the probe timed it
+                prof = prof.with_after_idle(probe_after_idle(r))
             if resolved and r.get("groups"):  # MG-WFBP: the groups the run sent, where they fit the profile
                 opts = replace(opts, mgwfbp_group_bytes=run_groups_of(r, prof))
-            p, prof, cluster = cli.predict(r["model"], [r["workers"]], as_measured if name == "unscaled" else placed,
-                                           (r["method"],), r["local_batch"], one, opts, explain=False, prof=prof)
+            p, prof, cluster = cli.predict(r["model"], [r["workers"]], on, (r["method"],), r["local_batch"], one,
+                                           opts, explain=False, prof=prof)
             pair[name] = (p[(r["method"], r["workers"])].samples_per_sec, r["samples_per_sec"])
             if resolved and name == source and r.get("groups"):
                 # the groups also depend on the backward times: does the run's alpha, beta give
@@ -511,7 +515,8 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
                 if opts.mgwfbp_group_bytes is None:
                     plan += "; timed: merged here (the run's do not fit this profile)"
         for pairs, name in ((shared, source), (others["profile"], "profile"), (alone, "alone"),
-                            (others["spread"], "spread" if lockstep else source), (others["unscaled"], "unscaled")):
+                            (others["spread"], "spread" if lockstep else source),
+                            (others["unscaled"], "unscaled" if scale else source)):
             pairs[r["method"]].append(pair[name])
         where_net = (f"{net} (bench's" + (f", x{scale:.2f} by the run's comm probe" if scale else "") + ")") \
             if here else net

@@ -1361,8 +1361,8 @@ def _simulate(method: str, profile: Profile, cluster: Cluster, workers: int, opt
         else:
             f0 = max(b_end, max(done)) + unpack_s(p, profile) + sum(profile.update_s)
     starts.append(f0)
-    return Result(method, workers, max(starts[-1] - starts[-2], cpu_floor_s(p, profile, cluster, workers, opts, busy_s)),
-                  compute_s, busy_s)
+    floor_s = cpu_floor_s(p, profile, cluster, workers, opts, busy_s)
+    return Result(method, workers, max(starts[-1] - starts[-2], floor_s), compute_s, busy_s)
 
 
 def message_numels(profile: Profile, messages) -> list[int]:
