@@ -700,6 +700,15 @@ def emulated_lanes(cluster: "Cluster", data: dict) -> dict:
     return out
 
 
+@functools.lru_cache(maxsize=32)
+def _data_lanes(path: str, mtime_ns: int, size: int) -> dict:
+    """The `data_lanes` of the network config at `path`, parsed once per version of the file
+    (its modification time and size are the key): a validation asks it once per run."""
+    import yaml
+
+    return (yaml.safe_load(Path(path).read_text()) or {}).get("data_lanes") or {}
+
+
 def commbench_burst_s(name: str, ranks: int, model: str, directory: Path | None = None) -> float | None:
     """make commbench's burst of `model`'s per-tensor fp32 all-reduces, all launched at once, then
     waited (its fusion mode's `per_tensor`: the median over records of the slowest rank's mean
@@ -707,12 +716,11 @@ def commbench_burst_s(name: str, ranks: int, model: str, directory: Path | None 
     `burst_measured_s` beside a paced round, else `measured_s`, which is the burst's where no pace
     is given); None where it kept none. The driver's communication probe times the same burst
     beside a run (`comm_probe_s`)."""
-    import yaml
-
     path = (directory or conf_dir()) / f"{name}.yaml"
     if not path.exists():
         return None
-    data = ((yaml.safe_load(path.read_text()) or {}).get("data_lanes") or {})
+    stat = path.stat()
+    data = _data_lanes(str(path), stat.st_mtime_ns, stat.st_size)
     d = (data.get(ranks) or data.get(str(ranks)) or {}).get(model)
     if not d:
         return None

@@ -255,6 +255,18 @@ def test_backward_times_are_scaled_to_the_plain_passes_length():
     assert sum(tb_s) == pytest.approx(sum(costs_ms) / 1e3)
 
 
+class _TwoOps:
+    """Two chained ops whose backward costs `costs_ms` (layer 0, layer 1) through `wait(seconds)`;
+    backward meets layer 1 first."""
+
+    def __init__(self, costs_ms, wait):
+        self.costs_ms, self.wait, self.step = costs_ms, wait, 0
+
+    def advance(self):
+        self.wait(self.costs_ms[1 - self.step % 2] / 1e3)
+        self.step += 1
+
+
 def test_host_clock_gives_each_gradient_its_ops_share(monkeypatch):
     """The host clock's arithmetic, on a clock that only the ops move (30 ms, then 5 ms)."""
     import ddlbench.methods.mgwfbp as mg
@@ -262,17 +274,10 @@ def test_host_clock_gives_each_gradient_its_ops_share(monkeypatch):
     now = [0.0]
     monkeypatch.setattr(mg.time, "perf_counter", lambda: now[0])
 
-    class Ticker:
-        costs_ms = [30.0, 5.0]
+    def tick(s):
+        now[0] += s
 
-        def __init__(self):
-            self.step = 0
-
-        def advance(self):
-            now[0] += self.costs_ms[1 - self.step % 2] / 1e3
-            self.step += 1
-
-    params, make_loss = _chain(2, Ticker(), scales=[1] * 8)
+    params, make_loss = _chain(2, _TwoOps([30.0, 5.0], tick), scales=[1] * 8)
     order, tb_s = profile_backward(params, make_loss, 3, HostClock())
     assert order == [1, 0]
     assert tb_s == pytest.approx([5e-3, 30e-3])  # order's: the last layer's 5 ms first
@@ -284,17 +289,7 @@ def test_host_clock_on_cpu_sees_real_backward_time():
     test above's)."""
     import time
 
-    class Sleeper:
-        costs_ms = [60.0, 5.0]
-
-        def __init__(self):
-            self.step = 0
-
-        def advance(self):
-            time.sleep(self.costs_ms[1 - self.step % 2] / 1e3)
-            self.step += 1
-
-    params, make_loss = _chain(2, Sleeper(), scales=[1] * 8)
+    params, make_loss = _chain(2, _TwoOps([60.0, 5.0], time.sleep), scales=[1] * 8)
     order, tb_s = profile_backward(params, make_loss, 3, HostClock())
     assert order == [1, 0]
     # the plain passes waited for both sleeps at least; the long op's gradient the larger share
