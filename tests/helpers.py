@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -44,16 +45,58 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+PORT_TRIES = 3  # `two_ranks`' rendezvous ports, each a fresh one after the last was taken
+
+
 def two_ranks(script: str, timeout_s: float) -> list[str]:
     """`script` (python -c) as ranks 0 and 1 at once, each given its rank and a free port
-    (argv 1 and 2) for its process group's rendezvous; their stdouts, once both exited 0."""
-    port = str(free_port())
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(r), port], cwd=REPO, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for r in range(2)]
-    outs = [p.communicate(timeout=timeout_s) for p in procs]
-    for p, (_, err) in zip(procs, outs):
-        assert p.returncode == 0, err[-2000:]
-    return [out for out, _ in outs]
+    (argv 1 and 2) for its process group's rendezvous; their stdouts, once both exited 0. A
+    rank that fails ends the other at once, and the assertion shows the failed rank's stderr
+    (else the survivor waits out its start-up bound and the cause is lost). `free_port` only
+    found the port free: where another process took it before rank 0 bound it (the suite runs
+    two pytest workers, whose processes take ports all the time), rank 0 fails with the address
+    in use and the pair starts again on a fresh port, PORT_TRIES times at most."""
+    for _ in range(PORT_TRIES):
+        port = str(free_port())
+        # files, not pipes: nobody reads a pipe while the ranks run, and a full one would stall them
+        with contextlib.ExitStack() as files:
+            logs = [tuple(files.enter_context(tempfile.TemporaryFile("w+")) for _ in "oe") for _ in range(2)]
+            procs = [subprocess.Popen([sys.executable, "-c", script, str(r), port], cwd=REPO, text=True,
+                                      stdout=out, stderr=err) for r, (out, err) in enumerate(logs)]
+            failed = _first_failure(procs, timeout_s)
+            outs = [tuple(_read(f) for f in pair) for pair in logs]
+        if failed is None:
+            return [out for out, _ in outs]
+        err = outs[failed][1]
+        if "address already in use" not in err.lower():
+            raise AssertionError(f"rank {failed} exited {procs[failed].returncode}:\n{err[-2000:]}")
+    raise AssertionError(f"rank 0 found its rendezvous port in use {PORT_TRIES} times:\n{err[-2000:]}")
+
+
+def _read(f) -> str:
+    f.seek(0)
+    return f.read()
+
+
+def _first_failure(procs: list[subprocess.Popen], timeout_s: float) -> int | None:
+    """Wait for `procs`: the index of the first to exit non-zero (the others killed), else None
+    once all exited 0. Past `timeout_s` every one is killed and the wait fails."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        codes = [p.poll() for p in procs]
+        failed = next((i for i, c in enumerate(codes) if c not in (None, 0)), None)
+        if failed is not None or None not in codes:
+            break
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+    if failed is None and None in codes:
+        raise AssertionError(f"the ranks ran past {timeout_s} s")
+    return failed
 
 
 @contextlib.contextmanager
