@@ -530,8 +530,8 @@ def comm_scale(rec: dict, net: str, here: tuple[str, Path] | None) -> float | No
     once, the slowest worker's mean round, per repeat; their median) over make commbench's same
     burst at the run's worker count, in the bench's own network (`here`, `bench_network`;
     `network.commbench_burst_s`). The validation takes the run's network as that one with every
-    message that much longer (`network.slower`): on one machine's cores a message's time is the
-    cores' (Gloo's threads, the kernel's loopback), and what the workers get of them drifts over
+    message that much longer and that much more of the shared cores' CPU (`network.slower`): on
+    one machine's cores a message's time is the cores' (Gloo's threads, the kernel's loopback), and what the workers get of them drifts over
     minutes (the burst of tiny-resnet's 29 all-reduces at 4 local workers: 49.5 ms, then 81.6 ms
     ten minutes later; WFBP-A2A's 4-worker runs of the same code 135-167 samples/s). Local runs
     only (no `network` in the record, one host): an emulated link's rate is tc's, which does not

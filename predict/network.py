@@ -131,6 +131,13 @@ class HostCpu:
     def message_s(self, nbytes: float) -> float:
         return self.s_per_message + self.s_per_byte * nbytes
 
+    def scaled(self, k: float) -> "HostCpu":
+        """Every message's CPU `k` times this one's (the cores' count kept)."""
+        def times(fits: dict) -> dict:
+            return {w: {key: v * k for key, v in f.items()} for w, f in fits.items()}
+        return replace(self, s_per_message=self.s_per_message * k, s_per_byte=self.s_per_byte * k,
+                       allreduce=times(self.allreduce), node_ps=times(self.node_ps))
+
     def allreduce_s(self, nbytes: float, ranks: int, ordered: bool = False) -> float | None:
         """The machine's busy CPU per worker for one all-reduce of n bytes at `ranks` ranks, at
         the nearest worker count commbench's fusion bursts measured (the lower of two as near);
@@ -404,13 +411,19 @@ def with_intra(cluster: Cluster, node_name: str) -> Cluster:
 
 def slower(cluster: Cluster, k: float) -> Cluster:
     """`cluster` with every link's alpha and beta `k` times its own (between GPUs, nodes and
-    servers, and what make commbench measured): communication costing k times the model's. The
-    MG-WFBP table stays: it is what the runtime's merge rule was given, not how fast the wire is."""
+    servers, and what make commbench measured): communication costing k times the model's. Where
+    the workers share one machine's cores (`host_cpu`), every message's CPU is k times too: a
+    message's time there is mostly the cores' work (Gloo's threads, the kernel's loopback), so
+    what makes it slower costs the cores that much more (bl48, local: the runs' communication
+    probes read 0.54-0.95 of the bench's commbench burst; with the links alone scaled,
+    ByteScheduler-A2A's two runs read -17% and -17%, with the CPU too +1% and -17%). The MG-WFBP
+    table stays: it is what the runtime's merge rule was given, not how fast the wire is."""
     def scaled(link: Link | None) -> Link | None:
         return None if link is None else replace(link, alpha_s=link.alpha_s * k, beta_s_per_byte=link.beta_s_per_byte * k)
 
     return replace(cluster, intra=scaled(cluster.intra), inter=scaled(cluster.inter), ps=scaled(cluster.ps),
                    measured={c: {r: scaled(link) for r, link in by.items()} for c, by in cluster.measured.items()},
+                   host_cpu=None if cluster.host_cpu is None else cluster.host_cpu.scaled(k),
                    name=f"{cluster.name} (communication x{k:g})")
 
 

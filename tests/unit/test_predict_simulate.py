@@ -615,6 +615,32 @@ def test_all_reduces_during_backward_take_the_shared_cores_from_it():
     assert simulate.explain("wfbp-a2a", toy(), shared, 2)["shares_s"]["cpu"] == pytest.approx(1.0)
 
 
+def test_communication_k_times_as_costly_costs_the_shared_cores_k_times_too():
+    """network.slower (a local run's communication probe against the bench's commbench burst,
+    and make predict's second look): on one machine's cores a message's time is the cores' work,
+    so every message's CPU (PS, all-reduce by ranks with its ordered cost, the per-machine node)
+    is k times as well as every link. The toy's WFBP-A2A on 2 cores, each all-reduce 0.5 s of a
+    worker's CPU: halved, backward is 0.5 s longer where it was 1 s (test above), and each
+    all-reduce 0.5 s where it was 1: [13/6, 8/3], [10/3, 23/6], [9/2, 5], the last ready with
+    backward's end at 1 + 3.5."""
+    fit = {"s_per_message": 0.5, "s_per_byte": 1e-6, "ordered_s_per_message": 0.75}
+    hc = HostCpu(cores=2, s_per_message=0.2, s_per_byte=2e-6, allreduce={2: fit},
+                 node_ps={2: {"s_per_message": 0.4, "s_per_byte": 3e-6}})
+    half = hc.scaled(0.5)
+    assert half.cores == 2 and (half.s_per_message, half.s_per_byte) == pytest.approx((0.1, 1e-6))
+    assert half.allreduce[2] == pytest.approx({"s_per_message": 0.25, "s_per_byte": 5e-7, "ordered_s_per_message": 0.375})
+    assert half.node_ps[2] == pytest.approx({"s_per_message": 0.2, "s_per_byte": 1.5e-6})
+    assert hc.allreduce[2]["s_per_message"] == 0.5  # the original kept
+    shared = Cluster("toy", intra=None, inter=Link(0.25, 1.25e-5), gpus_per_node=1,
+                     host_cpu=HostCpu(cores=2, s_per_message=0.0, allreduce={2: {"s_per_message": 0.5,
+                                                                                  "s_per_byte": 0.0}}))
+    slow = network.slower(shared, 0.5)
+    assert slow.host_cpu.allreduce[2]["s_per_message"] == pytest.approx(0.25)
+    assert period("wfbp-a2a", toy(), shared) == pytest.approx(6.0)
+    assert period("wfbp-a2a", toy(), slow) == pytest.approx(5.0)
+    assert network.slower(replace(shared, host_cpu=None), 0.5).host_cpu is None
+
+
 def test_bytescheduler_a2a_all_reduces_take_the_cores_at_the_cost_of_ones_its_leader_orders():
     """This runtime's ByteScheduler-A2A launches each all-reduce as its leader chooses it, a
     choice a message of its own: where commbench's ordered rounds priced that
