@@ -657,4 +657,6 @@ def write_network(rows: list[dict], name: str | None, data_path: Path, how: str 
     path, kept = network.replace_config(spec, directory)
     print(f"network config for the predictor written to {path}{f' (NETWORK={name})' if directory is None else ''}"
           + (f"; the one it replaced is kept as {kept}" if kept else ""))
+    for warning in spec.get("warnings") or []:
+        print(f"commbench: warning: {warning}", file=sys.stderr)
     return path

@@ -49,6 +49,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 ALGORITHMS = ("nccl", "nccl-2.4", "ring", "tree", "hierarchical")
+UNMATCHED_ROUND = 1.1  # `_lane_speeds`: a round the fit's all-reduces, fully overlapped, overrun by more is a warning
 GLOO_THREADS = 2  # ProcessGroupGloo's worker threads (its Options' default, `_threads`): async
                   # collectives run on the next free one, so two at once
 
@@ -973,6 +974,10 @@ def commbench_network(rows: list[dict], name: str, source: str, backend: str | N
             f"measured time; the median over models: "
             + "; ".join(f"{w} workers {speed:.3f}" for w, (speed, _) in lanes.items()))
         out["data_lanes"] = {w: per_model for w, (_, per_model) in lanes.items()}
+        # an emulated network times its all-reduces alone on the tc wire, not by this fit (`emulated_lanes`)
+        emulated = any(isinstance(r.get("network"), dict) and r["network"].get("emulated") for r in rows)
+        if not emulated and (warnings := lane_warnings(lanes)):
+            out["warnings"] = warnings
     if order:
         out["sources"]["order"] = (
             f"{source}: commbench's fusion mode, each model's per-tensor fp32 all-reduces in ByteScheduler's "
@@ -1108,7 +1113,7 @@ def _lane_speeds(rows: list[dict], backend: str, two: tuple[float, float], by_ra
     return its floor (2 local workers here: 11.73 ms for 29 launches 0.4 ms apart, 11.47 ms at
     any speed, read 0.25 where the burst gives 0.63). That model takes the burst instead."""
     from ddlbench.commbench.modes import gradient_numels
-    from ddlbench.predict.simulate import lane_speed, paced_round_tells  # simulate imports this
+    from ddlbench.predict.simulate import burst_s, lane_speed, paced_round_tells  # simulate imports this
 
     fits = {2: two, **{w: (fa, fb) for w, (_, _, fa, fb) in by_ranks.items()}}
     rounds = [r for r in rows if r.get("mode") == "fusion" and r.get("strategy") in ("per_tensor", "per_tensor_paced")
@@ -1138,9 +1143,29 @@ def _lane_speeds(rows: list[dict], backend: str, two: tuple[float, float], by_ra
                 per_model[model] = {"tensors": len(alone), "measured_s": measured_s, "alone_s": sum(alone),
                                     "speed": lane_speed(alone, measured_s, GLOO_THREADS, pace_s=pace_s),
                                     **({"pace_s": pace_s, **burst} if pace_s else {})}
+                full_s = burst_s(alone, GLOO_THREADS, 1.0, pace_s=pace_s)
+                if full_s > UNMATCHED_ROUND * measured_s:
+                    per_model[model]["full_speed_s"] = full_s  # `lane_warnings`
                 break
         out[w] = (statistics.median(m["speed"] for m in per_model.values()), per_model)
     return out
+
+
+def lane_warnings(lanes: dict) -> list[str]:
+    """What `_lane_speeds` found that no lane speed explains: a round of a model's per-tensor
+    all-reduces (`data_lanes`) shorter than the size sweep's fit gives them even fully
+    overlapped, every lane at full speed (`full_speed_s`, more than UNMATCHED_ROUND times the
+    round). That worker count's sweep ran slower than its rounds: one commbench session here
+    timed each 4-rank all-reduce 6-12 ms in its sweep (the session before, 0.9-3.1 ms) and the
+    burst of tiny-resnet's 29 at 73 ms, so its runs' per-tensor all-reduces were predicted
+    1.4-1.7 times too slow (WFBP-A2A at 4 local workers -35%)."""
+    return [f"all_reduce at {w} workers: the size sweep's fit gives {model}'s {d['tensors']} all-reduces "
+            f"{d['full_speed_s'] * 1e3:.0f} ms even fully overlapped ({d['alone_s'] * 1e3:.0f} ms one at a time), "
+            f"against {d['measured_s'] * 1e3:.0f} ms measured with them all in flight: that sweep ran slower than "
+            f"its rounds, so predictions of per-tensor all-reduces at {w} workers will read too slow; run make "
+            f"commbench again on a quiet machine"
+            for w, (_, per_model) in sorted(lanes.items()) for model, d in sorted(per_model.items())
+            if d.get("full_speed_s")]
 
 
 def _ordered_rounds(rows: list[dict], backend: str) -> dict:

@@ -611,6 +611,38 @@ def test_commbench_fusion_burst_gives_the_lane_speed_that_local_gloo_runs_use(tm
         network.load("bad", tmp_path)
 
 
+def test_a_burst_shorter_than_its_fit_allows_warns_that_the_sweep_ran_slow(tmp_path, capsys):
+    """A burst of per-tensor all-reduces that took less than the size sweep's fit gives them even
+    fully overlapped (both lanes at full speed, more than UNMATCHED_ROUND x) tells no lane speed:
+    that sweep ran slower than its round (a disturbed machine), and predictions there would read
+    too slow. The config keeps the lane speed at its ceiling and says so in `warnings`, which
+    commbench prints as it writes the config; a burst the fit can explain warns of nothing."""
+    from ddlbench.commbench import cli as commbench_cli
+    from ddlbench.commbench.modes import gradient_numels
+
+    a, b = 1e-4, 2e-9
+    alone = [a + b * 4 * n for n in gradient_numels("tiny-resnet")]
+    full_s = simulate.burst_s(alone, 2, 1.0)
+    burst = {"mode": "fusion", "model": "tiny-resnet", "strategy": "per_tensor", "collective": "all_reduce",
+             "dtype": "fp32", "device": "cpu", "workers": 2, "backend": "gloo", "wrong": 0,
+             "time_us": full_s / 2 * 1e6}
+    spec = network.commbench_network(commbench_rows(a, b) + [burst], "box", "test data")
+    assert spec["inter"]["allreduce"]["lane_speed_by_ranks"] == {2: 1.0}
+    assert spec["data_lanes"][2]["tiny-resnet"]["full_speed_s"] == pytest.approx(full_s)
+    [warning] = spec["warnings"]
+    assert warning.startswith("all_reduce at 2 workers: ") and "tiny-resnet's 29 all-reduces" in warning
+    assert f"{full_s * 1e3:.0f} ms even fully overlapped" in warning and "make commbench again" in warning
+    network.write_config(spec, tmp_path)
+    assert network.load("box", tmp_path).lane_speed == {2: 1.0}  # the config still loads
+    within = {**burst, "time_us": full_s * 1e6}  # at full speed exactly: a speed, no warning
+    assert "warnings" not in network.commbench_network(commbench_rows(a, b) + [within], "box", "test data")
+    # an emulated network's lanes are timed on its tc wire (network.emulated_lanes), not by this fit
+    across = [{**r, "network": {"emulated": True, "link": "1gbit"}} for r in commbench_rows(a, b) + [burst]]
+    assert "warnings" not in network.commbench_network(across, "emulated-1gbit", "test data")
+    commbench_cli.write_network(commbench_rows(a, b) + [burst], "box", tmp_path, directory=tmp_path / "nets")
+    assert "commbench: warning: all_reduce at 2 workers" in capsys.readouterr().err
+
+
 def test_a_paced_round_by_hand_and_its_lane_speed_preferred_to_the_burst_where_it_tells_one():
     """Two lanes at half speed, three 1 s collectives launched 0.5 s apart: the first runs alone
     to 0.5, then beside the second (its last 0.5 s takes 1 s: ends 1.5); the third, launched at
