@@ -115,6 +115,7 @@ RUN_FIELDS = {
     "model": NAME, "method": NAME, "workers": COUNT, "local_batch": COUNT, "samples_per_sec": NUMBER,
     "samples_per_sec_per_repeat": (_optional(_numbers), "a list of numbers or null"),
     "host_busy_cores": (_optional(_numbers), "a list of numbers or null"),
+    "host_steal_cores": (_optional(_numbers), "a list of numbers or null"),
     "host_cores": (_optional(_number), "a number or null"),
     "device": (_text, "a string or null"), "backend": (_text, "a string or null"), "engine": (_text, "a string or null"),
     "workers_per_node": (_optional(_count), "an integer >= 1 or null"),

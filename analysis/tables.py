@@ -48,6 +48,7 @@ class Cell:
     n: int | None  # repeats behind the cell (None: unknown, a published figure without a std)
     repeats: tuple[float, ...] = ()  # samples/s of each repeat, where the runs are ours
     busy: float | None = None  # the share of its machine's cores busy while measuring (ours, where recorded)
+    steal: float | None = None  # the share of them the hypervisor gave other guests meanwhile (ours, where recorded)
 
 
 Cells = dict  # {(method, workers): Cell}
@@ -104,6 +105,7 @@ def ours(records: list[dict]) -> dict[Setup, Cells]:
         emulated[network_of(r)].append(r)
     samples: dict = defaultdict(lambda: defaultdict(list))
     busy: dict = defaultdict(lambda: defaultdict(list))
+    steal: dict = defaultdict(lambda: defaultdict(list))
     for r, sh, mh in zip(ok, setup_hash, method_hash):
         base = (r["model"], r["local_batch"], network_of(r))
         network = " ".join(filter(None, [base[2], measured_label(emulated[base[2]]), _variant(by_setup, base, sh)]))
@@ -112,7 +114,9 @@ def ours(records: list[dict]) -> dict[Setup, Cells]:
         samples[setup][(method, r["workers"])].extend(r.get("samples_per_sec_per_repeat") or [r["samples_per_sec"]])
         if r.get("host_busy_cores") and r.get("host_cores"):
             busy[setup][(method, r["workers"])] += [b / r["host_cores"] for b in r["host_busy_cores"]]
-    return {s: {k: cell_of(v, busy[s].get(k)) for k, v in c.items()} for s, c in samples.items()}
+        if r.get("host_steal_cores") and r.get("host_cores"):
+            steal[setup][(method, r["workers"])] += [b / r["host_cores"] for b in r["host_steal_cores"]]
+    return {s: {k: cell_of(v, busy[s].get(k), steal[s].get(k)) for k, v in c.items()} for s, c in samples.items()}
 
 
 def _servers_set(rec: dict):
@@ -125,9 +129,11 @@ def _servers_set(rec: dict):
     return None if rec.get("servers") == auto else rec.get("servers")
 
 
-def cell_of(samples_per_sec_per_repeat: list[float], busy: list[float] | None = None) -> Cell:
+def cell_of(samples_per_sec_per_repeat: list[float], busy: list[float] | None = None,
+            steal: list[float] | None = None) -> Cell:
     return Cell(*metrics.mean_std(samples_per_sec_per_repeat), len(samples_per_sec_per_repeat),
-                tuple(samples_per_sec_per_repeat), sum(busy) / len(busy) if busy else None)
+                tuple(samples_per_sec_per_repeat), sum(busy) / len(busy) if busy else None,
+                sum(steal) / len(steal) if steal else None)
 
 
 def baseline_cell(cells: Cells) -> Cell | None:
@@ -186,19 +192,24 @@ def fmt_cell(cell: Cell | None) -> str:
 TIE_MARK = "≈"
 CPU_MARK = "(cpu)"
 CPU_BUSY = 0.9  # the share of the cores busy from which a run measured its machine's CPU as much as its network
+STEAL_MARK = "(steal)"
 LEGEND = (f"(n=k): fewer than {noise.MIN_REPEATS} repeats, no usable std; (no std): none published; "
           f"{TIE_MARK}: no other method at this worker count differs from this cell beyond noise; "
           f"{CPU_MARK}: its machine's cores were at least {CPU_BUSY:.0%} busy while measuring "
-          f"(host_busy_cores): bound by the CPU as much as by communication.")
+          f"(host_busy_cores): bound by the CPU as much as by communication; "
+          f"{STEAL_MARK}: the hypervisor gave other guests at least {metrics.DISTURBED_STEAL_SHARE:.0%} of its "
+          f"machine's cores while measuring (host_steal_cores): it measured them too, run it again.")
 
 
 def marked(text: str, cells: Cells, method: str, workers: int) -> str:
-    """A cell's text with its repeats note and, from two workers up, the tie and CPU marks (one
-    worker keeps the cores busy by design: there is no communication to be bound by)."""
+    """A cell's text with its repeats note, from two workers up the tie and CPU marks (one worker
+    keeps the cores busy by design: there is no communication to be bound by), and at any worker
+    count the steal mark (a disturbed one-worker cell is every speedup's baseline)."""
     cell = cells[(method, workers)]
     tie = f" {TIE_MARK}" if workers > 1 and noise.tied_with_all(cells, method, workers, noise.setup_spread(cells)) else ""
     cpu = f" {CPU_MARK}" if workers > 1 and cell.busy is not None and cell.busy >= CPU_BUSY else ""
-    return text + repeats_note(cell) + tie + cpu
+    stolen = f" {STEAL_MARK}" if cell.steal is not None and cell.steal >= metrics.DISTURBED_STEAL_SHARE else ""
+    return text + repeats_note(cell) + tie + cpu + stolen
 
 
 def results_table(setups: dict[Setup, Cells]) -> tuple[list[str], list[list]]:

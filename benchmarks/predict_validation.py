@@ -35,7 +35,7 @@ from pathlib import Path
 from ddlbench.analysis import reference
 from ddlbench.analysis.records import load, workers_per_node
 from ddlbench.analysis.tables import markdown
-from ddlbench import hostcpu
+from ddlbench import hostcpu, metrics
 from ddlbench.predict import cli, network, profile, simulate
 
 STUDY_METHODS = tuple(m for m in simulate.METHODS if m != "ddp")
@@ -432,10 +432,15 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
             link = one_worker_link(r["method"], record_network(r) or local_network)
             own[(*setup_key(r), r["method"], link)].append(r)
     shared, alone, runs, units = defaultdict(list), defaultdict(list), [], {}
-    others = {"profile": defaultdict(list), "spread": defaultdict(list), "unscaled": defaultdict(list)}
+    others = {"profile": defaultdict(list), "spread": defaultdict(list), "unscaled": defaultdict(list),
+              "disturbed": []}
     for r, base in setups(recs):
         net = record_network(r) or local_network
         if net is None:
+            continue
+        steal = run_steal(r)
+        if steal is not None and steal >= metrics.DISTURBED_STEAL_SHARE:  # left out, and said so (`run_steal`)
+            others["disturbed"].append((r["method"], net, r["workers"], r["samples_per_sec"], steal))
             continue
         key = setup_key(r)
         x1 = one_worker_samples_per_sec(base)
@@ -522,6 +527,16 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
             if here else net
         runs.append((r["method"], where_net, r["workers"], *pair[source], plan, label))
     return shared, alone, runs, units, others
+
+
+def run_steal(rec: dict) -> float | None:
+    """The share of its machine's cores that the hypervisor gave other guests while the run's
+    timed blocks ran (`metrics.steal_share` of the driver's `host_steal_cores`); None where the
+    record has none (before 2026-12-02, or no /proc/stat). A run at
+    metrics.DISTURBED_STEAL_SHARE or more measured a neighbour as much as its method, and `local`
+    leaves it out: nothing the model is given (a one-worker run, a profile, the bench's
+    commbench) saw that neighbour."""
+    return metrics.steal_share(rec.get("host_steal_cores"), rec.get("host_cores"))
 
 
 def comm_scale(rec: dict, net: str, here: tuple[str, Path] | None) -> float | None:
@@ -737,6 +752,13 @@ def main(argv=None) -> int:
           "the last column says whether the predictor's model of that microbenchmark alone chooses the run's "
           "groups, and, where it is so, that the run's alpha, beta give other groups with this profile's "
           "backward times)")
+    disturbed = [([results] if several else []) + [m, net, w, f"{x:.1f}", f"{steal:.0%}"]
+                 for results, bench in benches["per_bench"].items() for m, net, w, x, steal in sorted(bench["disturbed"])]
+    if disturbed:
+        print(f"\nLeft out: runs whose machine lost at least {metrics.DISTURBED_STEAL_SHARE:.0%} of its cores to other guests "
+              "while they were timed (host_steal_cores): they measured a neighbour as much as the method")
+        print(markdown((["bench"] if several else []) + ["method", "network", "workers", "measured", "cores stolen"],
+                       disturbed))
     return 0
 
 
@@ -813,7 +835,7 @@ def pooled(results: list[str], local_network: str | None) -> dict:
                           *((out["others"][k], others[k]) for k in out["others"])):
             for m, v in got.items():
                 into[m].extend(v)
-        out["per_bench"][r] = {"shared": shared, "runs": runs, "units": units}
+        out["per_bench"][r] = {"shared": shared, "runs": runs, "units": units, "disturbed": others["disturbed"]}
     return out
 
 

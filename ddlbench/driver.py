@@ -15,7 +15,9 @@ Per-iteration times are host stamps without device synchronisation, kept as a di
 block is a `measure` span in the trace. Each block also records how busy the cores of rank 0's
 machine were (`host_busy_cores`: hostcpu.busy_s over the block / its wall time, every process
 on the machine counted; on a run that shares one machine, near `host_cores` means the run was
-bound by the CPU) and where this rank's own CPU went (`thread_cpu_ms_per_iter`: per thread
+bound by the CPU), how much of those cores the hypervisor gave other guests meanwhile
+(`host_steal_cores`: hostcpu.steal_s over the block / its wall time; a virtual machine's block
+that lost cores to a neighbour measured the neighbour too) and where this rank's own CPU went (`thread_cpu_ms_per_iter`: per thread
 name, the main thread's compute beside the methods' helpers and the backend's threads, read
 from /proc before and after the block, `hostcpu.thread_cpu_s`). Formulas: `ddlbench.metrics`.
 
@@ -89,6 +91,7 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
     block_times: list[float] = []
     iter_times: list[float] = []
     busy_cores: list[float] = []
+    steal_cores: list[float] = []
     thread_ms: list[dict] = []
     probe_s: list[float] = []
     probe_iter_s: list[float] = []
@@ -123,6 +126,7 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
         first = iteration
         _sync(ctx.device)
         busy0 = hostcpu.busy_s()  # read outside the block: the clock and its span time the iterations alone
+        steal0 = hostcpu.steal_s()
         threads0 = hostcpu.thread_cpu_s()
         t0, t0_us = time.perf_counter(), tracer.now_us()
         stamps = [t0]
@@ -135,9 +139,11 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
         t1 = time.perf_counter()
         tracer.complete("measure", "measure", t0_us, tracer.now_us(),
                         {"iter": first, "iters": p.measured_iters, "repeat": repeat})
-        busy1 = hostcpu.busy_s()
+        busy1, steal1 = hostcpu.busy_s(), hostcpu.steal_s()
         if busy0 is not None:
             busy_cores.append((busy1 - busy0) / (t1 - t0))
+        if steal0 is not None and steal1 is not None:
+            steal_cores.append((steal1 - steal0) / (t1 - t0))
         thread_ms.append(hostcpu.per_iteration_ms(threads0, hostcpu.thread_cpu_s(), p.measured_iters))
         slowest = _slowest_rank([t1 - t0] + [b - a for a, b in zip(stamps, stamps[1:])], ctx)
         block_times.append(slowest[0])
@@ -155,6 +161,7 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
         "iterations_total": iteration,
         "host_cores": hostcpu.cores(),
         "host_busy_cores": busy_cores,
+        "host_steal_cores": steal_cores,
         "thread_cpu_ms_per_iter": thread_ms,
         **({"compute_probe_s": [t / ctx.world for t in _over_ranks(probe_s, ctx, dist.ReduceOp.SUM)],
             "compute_probe_iter_s": probe_iter_s, "compute_probe_lockstep_s": probe_lockstep_s,

@@ -191,7 +191,7 @@ def merge_launches(cfg, results: list[dict], dirs: list[Path]) -> dict:
     per_repeat = [sps for r in results for sps in r["samples_per_sec_per_repeat"]]
     mean, std = metrics.mean_std(per_repeat)
     joined = {key: [v for r in results for v in r.get(key, [])]
-              for key in ("block_time_s", "iter_times_s", "host_busy_cores", "thread_cpu_ms_per_iter",
+              for key in ("block_time_s", "iter_times_s", "host_busy_cores", "host_steal_cores", "thread_cpu_ms_per_iter",
                           "compute_probe_s", "compute_probe_iter_s", "compute_probe_lockstep_s",
                           "compute_probe_lockstep_own_s", "compute_probe_after_idle_s",
                           "compute_probe_after_idle_own_s", "comm_probe_s") if key in results[0]}
@@ -252,5 +252,11 @@ def _say(rec: dict, where: Path) -> None:
     if rec["status"] == "ok":
         print(f"[ddlbench] ok: {rec['method']} {rec['model']} x{rec['workers']}: "
               f"{rec['samples_per_sec']:.2f} ± {rec['samples_per_sec_std']:.2f} samples/s -> {where}", flush=True)
+        steal = metrics.steal_share(rec.get("host_steal_cores"), rec.get("host_cores"))
+        if steal is not None and steal >= metrics.DISTURBED_STEAL_SHARE:
+            print(f"[ddlbench] warning: {rec['method']} {rec['model']} x{rec['workers']}: its machine lost {steal:.0%} "
+                  f"of its cores to other guests of the hypervisor while it was timed (host_steal_cores): its "
+                  f"throughput measured them too; run it again on a quieter machine (the validation leaves such "
+                  f"runs out)", file=sys.stderr, flush=True)
     else:
         print(f"[ddlbench] FAILED: {rec['method']} {rec['model']} x{rec['workers']}: {rec['error']} -> {where}", flush=True)

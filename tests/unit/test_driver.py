@@ -83,6 +83,9 @@ def test_batches_are_made_before_measuring_and_each_block_holds_its_iterations(g
     # how busy the machine's cores were in each block (coarse: /proc/stat counts 10 ms ticks)
     assert result["host_cores"] == hostcpu.cores() and len(result["host_busy_cores"]) == 2
     assert all(b >= 0 for b in result["host_busy_cores"])
+    # and how much of them the hypervisor gave other guests meanwhile (0 on bare metal)
+    assert len(result["host_steal_cores"]) == (2 if hostcpu.steal_s() is not None else 0)
+    assert all(0 <= s <= hostcpu.cores() for s in result["host_steal_cores"])
     # where this rank's CPU went, per block (coarse too: 10 ms ticks over 3 iterations)
     assert len(result["thread_cpu_ms_per_iter"]) == 2
     assert all(isinstance(block, dict) and all(v >= 0.05 for v in block.values())
@@ -249,3 +252,22 @@ def test_a_lockstep_step_runs_from_a_machines_first_start_to_its_last_end():
     # one worker a machine: each worker's own step, the slowest
     assert driver.lockstep_steps_s([("a", [(0.0, 1.0)]), ("b", [(7.0, 7.3)])]) == (pytest.approx([1.0]),
                                                                                  pytest.approx([1.0]))
+
+
+def test_steal_is_proc_stats_ninth_field_in_seconds(tmp_path, monkeypatch):
+    """hostcpu.steal_s: /proc/stat's first line, its 8th number (steal) in clock ticks, as
+    seconds; None where the kernel gives no such field."""
+    import builtins
+
+    real_open = builtins.open
+    stat = tmp_path / "stat"
+
+    def fake_open(path, *a, **k):
+        return real_open(stat, *a, **k) if path == "/proc/stat" else real_open(path, *a, **k)
+    monkeypatch.setattr(builtins, "open", fake_open)
+    stat.write_text("cpu  100 0 50 900 4 0 3 250 0 0\ncpu0 1 2 3\n")
+    ticks = __import__("os").sysconf("SC_CLK_TCK")
+    assert hostcpu.steal_s() == pytest.approx(250 / ticks)
+    assert hostcpu.busy_s() == pytest.approx((100 + 0 + 50 + 0 + 3) / ticks)  # steal is not busy
+    stat.write_text("cpu  100 0 50 900 4 0 3\n")
+    assert hostcpu.steal_s() is None

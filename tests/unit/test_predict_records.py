@@ -427,6 +427,33 @@ def test_validation_scales_a_local_runs_network_by_its_comm_probe_against_the_be
     assert sorted(p for p, _ in shared["wfbp-a2a"]) == sorted(p for m, _, _, p, *_ in runs if m == "wfbp-a2a")
 
 
+def test_validation_leaves_out_a_run_whose_machine_lost_its_cores_to_other_guests(tmp_path, monkeypatch, capsys):
+    """A run whose timed blocks lost STEAL_DISTURBED of the machine's cores or more to the
+    hypervisor's other guests (driver: host_steal_cores) is left out of the medians and listed
+    as such; one that lost less, or whose record says nothing of it, is predicted."""
+    from ddlbench import record
+
+    validation = _validation()
+    fixed = cli.load_profile("tiny-resnet", 8, 100.0)
+    monkeypatch.setattr(profile, "measured", lambda *a, **k: fixed)  # no real profiling here
+    monkeypatch.setattr(profile, "measure_copy", lambda device, threads, **k: (2e-5, 1e9, f"fixed at {threads}"))
+    base = {"env": {"OMP_NUM_THREADS": "1"}, "host_cores": 2}
+    assert validation.run_steal({**base, "host_steal_cores": [0.1, 0.3]}) == pytest.approx(0.1)
+    assert validation.run_steal(base) is None and validation.run_steal({"host_steal_cores": [0.1]}) is None
+    record.write(tmp_path, {**_measured("bsp-a2a", 1, 100.0), **base})
+    record.write(tmp_path, {**_measured("wfbp-a2a", 2, 50.0), **base, "host_steal_cores": [0.3, 0.25]})
+    record.write(tmp_path, {**_measured("wfbp-a2a", 4, 40.0), **base, "host_steal_cores": [0.02, 0.1]})
+    record.write(tmp_path, {**_measured("bsp-a2a", 2, 60.0), **base})  # before steal was recorded
+    shared, _, runs, _, others = validation.local(str(tmp_path), "loopback")
+    assert sorted((m, w) for m, _, w, *_ in runs) == [("bsp-a2a", 2), ("wfbp-a2a", 4)]
+    assert [x for _, x in shared["wfbp-a2a"]] == [40.0]
+    assert others["disturbed"] == [("wfbp-a2a", "loopback", 2, 50.0, pytest.approx(0.1375))]
+    assert validation.main(["--runs-only", "--results", str(tmp_path), "--local-network", "loopback"]) == 0
+    out = capsys.readouterr().out
+    assert "Left out: runs whose machine lost at least 10% of its cores" in out
+    assert "| wfbp-a2a | loopback | 2       | 50.0     | 14%          |" in out
+
+
 def test_validation_calibrates_bytescheduler_ps_against_the_compute_at_its_one_worker_runs_threads(tmp_path,
                                                                                                      monkeypatch):
     """A one-worker PS run computes beside its server on fewer threads than the one-worker

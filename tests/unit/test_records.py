@@ -160,3 +160,24 @@ def test_an_export_path_that_cannot_be_written_is_one_line_and_nothing_is_writte
     assert summary.main([str(results), "--export", str(target)]) == 2
     one_line_error(capsys.readouterr().err, str(target))
     assert sorted(tmp_path.rglob("*")) == before
+
+
+def test_a_run_that_lost_its_cores_to_other_guests_says_so_as_it_ends(capsys, tmp_path):
+    """metrics.steal_share: the mean over blocks of the steal cores over the machine's cores. A
+    run at DISTURBED_STEAL_SHARE or more is reported with a warning on stderr, beside its ok
+    line; one below it, or whose record has no steal, only the ok line."""
+    from ddlbench import metrics
+    from ddlbench.launch import _say
+
+    assert metrics.steal_share([0.1, 0.3], 2) == pytest.approx(0.1)
+    assert metrics.steal_share([], 2) is None and metrics.steal_share([0.1], None) is None
+    ok = {"status": "ok", "method": "bsp-a2a", "model": "tiny-resnet", "workers": 2, "samples_per_sec": 208.0,
+          "samples_per_sec_std": 20.0, "host_cores": 2}
+    _say({**ok, "host_steal_cores": [0.17, 0.22, 0.26, 0.26, 0.27]}, tmp_path)
+    out, err = capsys.readouterr()
+    assert "[ddlbench] ok: bsp-a2a tiny-resnet x2: 208.00" in out
+    assert err.startswith("[ddlbench] warning: bsp-a2a tiny-resnet x2: its machine lost 12% of its cores to other "
+                          "guests") and "run it again on a quieter machine" in err
+    for quiet in ({**ok, "host_steal_cores": [0.01, 0.1]}, ok):
+        _say(quiet, tmp_path)
+        assert capsys.readouterr().err == ""
