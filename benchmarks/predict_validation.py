@@ -169,8 +169,18 @@ def with_run_copy(prof, rec: dict, results: str):
 
 def one_worker_samples_per_sec(recs: list[dict]) -> float:
     """The median over every repeat of these one-worker runs: one slow repeat on a shared
-    machine (seen: 242 beside 302 and 435-533 samples/s of the same step) moves a mean."""
-    return statistics.median(x for r in recs for x in (r.get("samples_per_sec_per_repeat") or [r["samples_per_sec"]]))
+    machine (seen: 242 beside 302 and 435-533 samples/s of the same step) moves a mean. A repeat
+    whose block lost metrics.DISTURBED_STEAL_SHARE of the machine's cores or more to other
+    guests (`host_steal_cores`, one per repeat) is left out while any other is left: it timed
+    the neighbour too, and this is every prediction's compute."""
+    def repeats(r: dict) -> list[tuple[float, bool]]:
+        sps = r.get("samples_per_sec_per_repeat") or [r["samples_per_sec"]]
+        steal, cores = r.get("host_steal_cores") or [], r.get("host_cores")
+        if not cores or len(steal) != len(sps):  # no steal recorded per repeat
+            return [(x, False) for x in sps]
+        return [(x, s / cores >= metrics.DISTURBED_STEAL_SHARE) for x, s in zip(sps, steal)]
+    every = [rep for r in recs for rep in repeats(r)]
+    return statistics.median([x for x, stolen in every if not stolen] or [x for x, _ in every])
 
 
 def mgwfbp_resolved(rec: dict) -> tuple[float, float] | None:

@@ -440,6 +440,12 @@ def test_validation_leaves_out_a_run_whose_machine_lost_its_cores_to_other_guest
     base = {"env": {"OMP_NUM_THREADS": "1"}, "host_cores": 2}
     assert validation.run_steal({**base, "host_steal_cores": [0.1, 0.3]}) == pytest.approx(0.1)
     assert validation.run_steal(base) is None and validation.run_steal({"host_steal_cores": [0.1]}) is None
+    # the setup's one-worker throughput, every prediction's compute: a stolen repeat left out
+    one = {**_measured("bsp-a2a", 1, 100.0), **base, "samples_per_sec_per_repeat": [100.0, 60.0, 104.0],
+           "host_steal_cores": [0.0, 0.5, 0.02]}
+    assert validation.one_worker_samples_per_sec([one]) == pytest.approx(102.0)
+    assert validation.one_worker_samples_per_sec([{**one, "host_steal_cores": [0.5, 0.5, 0.5]}]) == 100.0  # all
+    assert validation.one_worker_samples_per_sec([{**one, "host_steal_cores": None}]) == 100.0  # none recorded
     record.write(tmp_path, {**_measured("bsp-a2a", 1, 100.0), **base})
     record.write(tmp_path, {**_measured("wfbp-a2a", 2, 50.0), **base, "host_steal_cores": [0.3, 0.25]})
     record.write(tmp_path, {**_measured("wfbp-a2a", 4, 40.0), **base, "host_steal_cores": [0.02, 0.1]})
