@@ -577,13 +577,33 @@ def _measure_all(a, spec: dict, base: dict, cluster) -> list[dict]:
     for mode, backend, device, fallback_from, w in measurements(a):
         print(f"[commbench] {mode}: {backend} on {device}, {w} workers", flush=True)
         # one_host: every rank a process of this host (ps mode then times the per-machine topology too)
+        steal0, t0 = hostcpu.steal_s(), time.monotonic()
         try:
             rows = launch(backend, device, w, {**spec, "mode": mode, "one_host": cluster is None}, a.timeout, cluster)
         except KeyboardInterrupt as exc:  # a signal: what this job had measured is kept too
             keep(a.results, base, getattr(exc, "rows", []), mode, backend, fallback_from, where)
             raise
-        new += keep(a.results, base, rows, mode, backend, fallback_from, where)
+        steal1, wall_s = hostcpu.steal_s(), time.monotonic() - t0
+        # every rank ran on this machine's cores (one host, or its emulated hosts): what the
+        # hypervisor gave other guests meanwhile (`job_steal_share`, of the cores; `steal_warnings`)
+        stolen = {"job_steal_share": (steal1 - steal0) / wall_s / hostcpu.cores()} \
+            if steal0 is not None and steal1 is not None and wall_s > 0 else {}
+        new += keep(a.results, base, rows, mode, backend, fallback_from, {**where, **stolen})
     return new
+
+
+def steal_warnings(rows: list[dict]) -> list[str]:
+    """One line per commbench job whose machine lost metrics.DISTURBED_STEAL_SHARE of its cores or
+    more to the hypervisor's other guests while it ran (`job_steal_share`): what it timed, and
+    the network fitted from it, measured that neighbour too."""
+    from ddlbench import metrics
+
+    jobs = {(r.get("mode"), r.get("backend"), r.get("workers"), r.get("started_at")): r["job_steal_share"]
+            for r in rows if (r.get("job_steal_share") or 0) >= metrics.DISTURBED_STEAL_SHARE}
+    return [f"the {mode} job of {backend} at {w} workers lost {share:.0%} of this machine's cores to other guests "
+            f"of the hypervisor while it ran: what it timed, and the network fitted from it, measured them too; "
+            f"run make commbench again on a quieter machine"
+            for (mode, backend, w, _), share in sorted(jobs.items(), key=lambda kv: tuple(map(str, kv[0])))]
 
 
 def _measure_on_slurm(a, spec: dict, base: dict) -> list[dict]:
@@ -657,6 +677,6 @@ def write_network(rows: list[dict], name: str | None, data_path: Path, how: str 
     path, kept = network.replace_config(spec, directory)
     print(f"network config for the predictor written to {path}{f' (NETWORK={name})' if directory is None else ''}"
           + (f"; the one it replaced is kept as {kept}" if kept else ""))
-    for warning in spec.get("warnings") or []:
+    for warning in (spec.get("warnings") or []) + steal_warnings(rows):
         print(f"commbench: warning: {warning}", file=sys.stderr)
     return path

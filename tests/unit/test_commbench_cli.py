@@ -511,3 +511,19 @@ def test_a_failed_jobs_stderr_tail_starts_with_the_first_traceback(tmp_path):
     log.write_text("no traceback\n" * 3)
     assert log_tail(log) == "no traceback\nno traceback\nno traceback"
     assert log_tail(tmp_path / "missing.log") == ""
+
+
+def test_a_commbench_job_that_lost_its_cores_to_other_guests_is_warned_of():
+    """commbench keeps each job's share of the machine's cores stolen by the hypervisor while it
+    ran (`job_steal_share`, on every row of the job); at metrics.DISTURBED_STEAL_SHARE or more
+    the job is named once in a warning as the network is written; below it, or unrecorded, not."""
+    from ddlbench.commbench.cli import steal_warnings
+
+    job = {"mode": "sizes", "backend": "gloo", "workers": 4, "started_at": "t", "job_steal_share": 0.15}
+    rows = [{**job, "bytes": n} for n in (4, 1024)] + [{**job, "workers": 2, "job_steal_share": 0.02},
+                                                       {**job, "workers": 3, "job_steal_share": None},
+                                                       {"mode": "fusion", "workers": 2}]
+    [warning] = steal_warnings(rows)
+    assert warning.startswith("the sizes job of gloo at 4 workers lost 15% of this machine's cores to other guests")
+    assert "run make commbench again" in warning
+    assert steal_warnings(rows[2:]) == []
