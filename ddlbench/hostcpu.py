@@ -8,10 +8,9 @@ import socket
 import time
 
 
-def busy_s() -> float | None:
-    """CPU seconds this machine's cores have been busy since boot (/proc/stat: user, nice,
-    system, irq, softirq; not idle, iowait or steal): every process on the machine and the
-    kernel's networking. None where there is no /proc/stat."""
+def _cpu_ticks() -> list[int] | None:
+    """/proc/stat's first line, the whole machine's CPU time per state in clock ticks (user,
+    nice, system, idle, iowait, irq, softirq, steal, ...); None where there is none."""
     try:
         with open("/proc/stat") as f:
             fields = f.readline().split()
@@ -19,7 +18,17 @@ def busy_s() -> float | None:
         return None
     if len(fields) < 8 or fields[0] != "cpu":
         return None
-    user, nice, system, _idle, _iowait, irq, softirq = (int(v) for v in fields[1:8])
+    return [int(v) for v in fields[1:]]
+
+
+def busy_s() -> float | None:
+    """CPU seconds this machine's cores have been busy since boot (/proc/stat: user, nice,
+    system, irq, softirq; not idle, iowait or steal): every process on the machine and the
+    kernel's networking. None where there is no /proc/stat."""
+    ticks = _cpu_ticks()
+    if ticks is None:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq = ticks[:7]
     return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
@@ -27,15 +36,9 @@ def steal_s() -> float | None:
     """CPU seconds the hypervisor has taken from this machine's cores since boot (/proc/stat's
     steal: time a virtual CPU was ready to run and another guest ran instead), None where there
     is no /proc/stat or no steal field. A shared cloud VM here lost 0.5-5% of its 2 cores at
-    times; a run in a burst of it measures the neighbour, not the method."""
-    try:
-        with open("/proc/stat") as f:
-            fields = f.readline().split()
-    except OSError:
-        return None
-    if len(fields) < 9 or fields[0] != "cpu":
-        return None
-    return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    times, and bursts of 5-14%; a run in such a burst measures the neighbour, not the method."""
+    ticks = _cpu_ticks()
+    return None if ticks is None or len(ticks) < 8 else ticks[7] / os.sysconf("SC_CLK_TCK")
 
 
 def clock_key() -> str:
