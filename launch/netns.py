@@ -176,6 +176,7 @@ class Cluster:
     link: str
     intra_link: str | None = None
     owner_pid: int | None = None  # the run that brought it up; None = interactive (cluster-up)
+    steal_share: float | None = None  # `measure`: the cores stolen by other guests while it measured
 
     @property
     def link_bps(self) -> float | None:
@@ -183,9 +184,18 @@ class Cluster:
 
     def measure(self, seconds: float = MEASURE_S) -> list[Link]:
         """Each host's link, host to host: host i sends to host i+1 (a ring), one pair at a
-        time, so every host's egress and every host's ingress is measured once, alone."""
+        time, so every host's egress and every host's ingress is measured once, alone. Keeps
+        the share of this machine's cores the hypervisor gave other guests meanwhile
+        (`steal_share`, for `check`'s error; None where /proc/stat has no steal)."""
+        from ddlbench import hostcpu
+
         n = len(self.hosts)
-        return [self._measure_link(self.hosts[i], self.hosts[(i + 1) % n], seconds) for i in range(n)] if n > 1 else []
+        steal0, t0 = hostcpu.steal_s(), time.monotonic()
+        links = [self._measure_link(self.hosts[i], self.hosts[(i + 1) % n], seconds) for i in range(n)] if n > 1 else []
+        steal1, wall_s = hostcpu.steal_s(), time.monotonic() - t0
+        self.steal_share = (steal1 - steal0) / wall_s / hostcpu.cores() \
+            if steal0 is not None and steal1 is not None and wall_s > 0 else None
+        return links
 
     def _measure_link(self, src: Host, dst: Host, seconds: float) -> Link:
         """The best of up to MEASURE_TRIES measurements, stopping at the first within tolerance:
@@ -209,9 +219,14 @@ class Cluster:
         bad = [l for l in links if abs(l.gbps * 1e9 - want) > TOLERANCE * want]
         if bad:
             l = bad[0]
+            from ddlbench import metrics
+
+            stolen = self.steal_share is not None and self.steal_share >= metrics.DISTURBED_STEAL_SHARE
             raise LinkTooSlow(f"link {l.src} -> {l.dst} measured {l.gbps:.3f} Gbit/s, not within "
                               f"{TOLERANCE:.0%} of link={self.link} ({want / 1e9:.3f} Gbit/s); accepted: a rate this "
-                              f"machine's CPUs can carry (measured here: {', '.join(f'{x.gbps:.3f}' for x in links)} Gbit/s)")
+                              f"machine's CPUs can carry (measured here: {', '.join(f'{x.gbps:.3f}' for x in links)} Gbit/s)"
+                              + (f"; meanwhile the hypervisor gave other guests {self.steal_share:.0%} of this machine's "
+                                 f"cores: try again when it is quieter" if stolen else ""))
 
     def describe(self, links: list[Link]) -> dict:
         """The run record's `network` block."""
