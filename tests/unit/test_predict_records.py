@@ -205,7 +205,7 @@ def test_validation_pools_several_benches_and_reports_each(monkeypatch, capsys):
         for m, _, p, x in benches[results]:
             shared.setdefault(m, []).append((p, x))
         runs = [(m, "n", w, p, x, "", "lock-step") for m, w, p, x in benches[results]]
-        return shared, shared, runs, {}, {"profile": shared, "spread": shared, "unscaled": shared}
+        return shared, shared, runs, {}, {"profile": shared, "spread": shared, "unscaled": shared, "disturbed": []}
     monkeypatch.setattr(validation, "local", local)
     monkeypatch.setattr(validation, "machinery_table", lambda results: None)
     pool = validation.pooled(["a", "b"], None)
