@@ -7,6 +7,7 @@ import ctypes
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -54,9 +55,17 @@ def test_gloos_own_loop_threads_are_found_by_that_name(tmp_path):
     dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1), rank=0, world_size=1)
     try:
         group = dist.new_group(backend="gloo")
-        names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
         # at least one (a group may share a device, and its loop, with one made before it in this
-        # process: under pytest-xdist a worker that had run other Gloo tests showed one for two groups)
+        # process: under pytest-xdist a worker that had run other Gloo tests showed one for two
+        # groups). A loop thread names itself once it runs: listed at once, on a loaded machine it
+        # was still 'python' (the fresh-clone CI at 97b1cbe), so the names are read until it has
+        # (5 s at most).
+        deadline = time.monotonic() + 5.0
+        while True:
+            names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
+            if hostcpu.GLOO_LOOP_THREAD in names or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
         assert names.count(hostcpu.GLOO_LOOP_THREAD) >= 1, names
         got = hostcpu.settle_gloo_loops({hostcpu.GLOO_LOOP_POLICY_ENV: "idle"})
         assert got["policy"] == "idle" and got["threads"] >= 1
