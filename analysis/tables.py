@@ -208,7 +208,7 @@ def marked(text: str, cells: Cells, method: str, workers: int) -> str:
     cell = cells[(method, workers)]
     tie = f" {TIE_MARK}" if workers > 1 and noise.tied_with_all(cells, method, workers, noise.setup_spread(cells)) else ""
     cpu = f" {CPU_MARK}" if workers > 1 and cell.busy is not None and cell.busy >= CPU_BUSY else ""
-    stolen = f" {STEAL_MARK}" if cell.steal is not None and cell.steal >= metrics.DISTURBED_STEAL_SHARE else ""
+    stolen = f" {STEAL_MARK}" if metrics.disturbed(cell.steal) else ""
     return text + repeats_note(cell) + tie + cpu + stolen
 
 

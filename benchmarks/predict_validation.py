@@ -178,7 +178,7 @@ def one_worker_samples_per_sec(recs: list[dict]) -> float:
         steal, cores = r.get("host_steal_cores") or [], r.get("host_cores")
         if not cores or len(steal) != len(sps):  # no steal recorded per repeat
             return [(x, False) for x in sps]
-        return [(x, s / cores >= metrics.DISTURBED_STEAL_SHARE) for x, s in zip(sps, steal)]
+        return [(x, metrics.disturbed(s / cores)) for x, s in zip(sps, steal)]
     every = [rep for r in recs for rep in repeats(r)]
     return statistics.median([x for x, stolen in every if not stolen] or [x for x, _ in every])
 
@@ -449,7 +449,7 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
         if net is None:
             continue
         steal = run_steal(r)
-        if steal is not None and steal >= metrics.DISTURBED_STEAL_SHARE:  # left out, and said so (`run_steal`)
+        if metrics.disturbed(steal):  # left out, and said so (`run_steal`)
             others["disturbed"].append((r["method"], net, r["workers"], r["samples_per_sec"], steal))
             continue
         key = setup_key(r)

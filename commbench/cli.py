@@ -577,17 +577,16 @@ def _measure_all(a, spec: dict, base: dict, cluster) -> list[dict]:
     for mode, backend, device, fallback_from, w in measurements(a):
         print(f"[commbench] {mode}: {backend} on {device}, {w} workers", flush=True)
         # one_host: every rank a process of this host (ps mode then times the per-machine topology too)
-        steal0, t0 = hostcpu.steal_s(), time.monotonic()
+        mark = hostcpu.steal_mark()
         try:
             rows = launch(backend, device, w, {**spec, "mode": mode, "one_host": cluster is None}, a.timeout, cluster)
         except KeyboardInterrupt as exc:  # a signal: what this job had measured is kept too
             keep(a.results, base, getattr(exc, "rows", []), mode, backend, fallback_from, where)
             raise
-        steal1, wall_s = hostcpu.steal_s(), time.monotonic() - t0
         # every rank ran on this machine's cores (one host, or its emulated hosts): what the
         # hypervisor gave other guests meanwhile (`job_steal_share`, of the cores; `steal_warnings`)
-        stolen = {"job_steal_share": (steal1 - steal0) / wall_s / hostcpu.cores()} \
-            if steal0 is not None and steal1 is not None and wall_s > 0 else {}
+        share = hostcpu.stolen_share(mark)
+        stolen = {} if share is None else {"job_steal_share": share}
         new += keep(a.results, base, rows, mode, backend, fallback_from, {**where, **stolen})
     return new
 
@@ -599,7 +598,7 @@ def steal_warnings(rows: list[dict]) -> list[str]:
     from ddlbench import metrics
 
     jobs = {(r.get("mode"), r.get("backend"), r.get("workers"), r.get("started_at")): r["job_steal_share"]
-            for r in rows if (r.get("job_steal_share") or 0) >= metrics.DISTURBED_STEAL_SHARE}
+            for r in rows if metrics.disturbed(r.get("job_steal_share"))}
     return [f"the {mode} job of {backend} at {w} workers lost {share:.0%} of this machine's cores to other guests "
             f"of the hypervisor while it ran: what it timed, and the network fitted from it, measured them too; "
             f"run make commbench again on a quieter machine"

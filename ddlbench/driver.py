@@ -125,8 +125,8 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
             last = _tick(progress, heartbeat, repeat, i, last)
         first = iteration
         _sync(ctx.device)
-        busy0 = hostcpu.busy_s()  # read outside the block: the clock and its span time the iterations alone
-        steal0 = hostcpu.steal_s()
+        # read outside the block: the clock and its span time the iterations alone
+        busy0, steal0 = hostcpu.busy_and_steal_s()
         threads0 = hostcpu.thread_cpu_s()
         t0, t0_us = time.perf_counter(), tracer.now_us()
         stamps = [t0]
@@ -139,7 +139,7 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
         t1 = time.perf_counter()
         tracer.complete("measure", "measure", t0_us, tracer.now_us(),
                         {"iter": first, "iters": p.measured_iters, "repeat": repeat})
-        busy1, steal1 = hostcpu.busy_s(), hostcpu.steal_s()
+        busy1, steal1 = hostcpu.busy_and_steal_s()
         if busy0 is not None:
             busy_cores.append((busy1 - busy0) / (t1 - t0))
         if steal0 is not None and steal1 is not None:

@@ -21,15 +21,21 @@ def _cpu_ticks() -> list[int] | None:
     return [int(v) for v in fields[1:]]
 
 
+def busy_and_steal_s() -> tuple[float | None, float | None]:
+    """(`busy_s`, `steal_s`) from one reading of /proc/stat."""
+    ticks = _cpu_ticks()
+    if ticks is None:
+        return None, None
+    user, nice, system, _idle, _iowait, irq, softirq = ticks[:7]
+    hz = os.sysconf("SC_CLK_TCK")
+    return (user + nice + system + irq + softirq) / hz, (ticks[7] / hz if len(ticks) > 7 else None)
+
+
 def busy_s() -> float | None:
     """CPU seconds this machine's cores have been busy since boot (/proc/stat: user, nice,
     system, irq, softirq; not idle, iowait or steal): every process on the machine and the
     kernel's networking. None where there is no /proc/stat."""
-    ticks = _cpu_ticks()
-    if ticks is None:
-        return None
-    user, nice, system, _idle, _iowait, irq, softirq = ticks[:7]
-    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+    return busy_and_steal_s()[0]
 
 
 def steal_s() -> float | None:
@@ -37,8 +43,22 @@ def steal_s() -> float | None:
     steal: time a virtual CPU was ready to run and another guest ran instead), None where there
     is no /proc/stat or no steal field. A shared cloud VM here lost 0.5-5% of its 2 cores at
     times, and bursts of 5-14%; a run in such a burst measures the neighbour, not the method."""
-    ticks = _cpu_ticks()
-    return None if ticks is None or len(ticks) < 8 else ticks[7] / os.sysconf("SC_CLK_TCK")
+    return busy_and_steal_s()[1]
+
+
+def steal_mark() -> tuple[float | None, float]:
+    """Where a span starts, for `stolen_share`: the steal so far and the monotonic clock."""
+    return steal_s(), time.monotonic()
+
+
+def stolen_share(mark: tuple[float | None, float]) -> float | None:
+    """The share of this machine's cores the hypervisor gave other guests since `mark`
+    (`steal_mark`); None without /proc/stat's steal."""
+    steal0, t0 = mark
+    steal1, wall_s = steal_s(), time.monotonic() - t0
+    if steal0 is None or steal1 is None or wall_s <= 0:
+        return None
+    return (steal1 - steal0) / wall_s / cores()
 
 
 def clock_key() -> str:

@@ -99,6 +99,13 @@ def busbw_GBps(collective: str, nbytes: int, time_s: float, ranks: int) -> float
 DISTURBED_STEAL_SHARE = 0.10
 
 
+def disturbed(steal_share: float | None) -> bool:
+    """Whether a run (or a block, a job) that lost this share of its machine's cores to other
+    guests measured them as much as itself: at DISTURBED_STEAL_SHARE or more; never where the
+    share is unknown (None)."""
+    return steal_share is not None and steal_share >= DISTURBED_STEAL_SHARE
+
+
 def steal_share(host_steal_cores: Sequence[float] | None, host_cores: int | None) -> float | None:
     """The mean share of the machine's cores stolen over a run's blocks (steal cores per block /
     the machine's cores); None without both."""

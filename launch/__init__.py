@@ -253,7 +253,7 @@ def _say(rec: dict, where: Path) -> None:
         print(f"[ddlbench] ok: {rec['method']} {rec['model']} x{rec['workers']}: "
               f"{rec['samples_per_sec']:.2f} ± {rec['samples_per_sec_std']:.2f} samples/s -> {where}", flush=True)
         steal = metrics.steal_share(rec.get("host_steal_cores"), rec.get("host_cores"))
-        if steal is not None and steal >= metrics.DISTURBED_STEAL_SHARE:
+        if metrics.disturbed(steal):
             print(f"[ddlbench] warning: {rec['method']} {rec['model']} x{rec['workers']}: its machine lost {steal:.0%} "
                   f"of its cores to other guests of the hypervisor while it was timed (host_steal_cores): its "
                   f"throughput measured them too; run it again on a quieter machine (the validation leaves such "

@@ -190,11 +190,9 @@ class Cluster:
         from ddlbench import hostcpu
 
         n = len(self.hosts)
-        steal0, t0 = hostcpu.steal_s(), time.monotonic()
+        mark = hostcpu.steal_mark()
         links = [self._measure_link(self.hosts[i], self.hosts[(i + 1) % n], seconds) for i in range(n)] if n > 1 else []
-        steal1, wall_s = hostcpu.steal_s(), time.monotonic() - t0
-        self.steal_share = (steal1 - steal0) / wall_s / hostcpu.cores() \
-            if steal0 is not None and steal1 is not None and wall_s > 0 else None
+        self.steal_share = hostcpu.stolen_share(mark)
         return links
 
     def _measure_link(self, src: Host, dst: Host, seconds: float) -> Link:
@@ -221,12 +219,11 @@ class Cluster:
             l = bad[0]
             from ddlbench import metrics
 
-            stolen = self.steal_share is not None and self.steal_share >= metrics.DISTURBED_STEAL_SHARE
             raise LinkTooSlow(f"link {l.src} -> {l.dst} measured {l.gbps:.3f} Gbit/s, not within "
                               f"{TOLERANCE:.0%} of link={self.link} ({want / 1e9:.3f} Gbit/s); accepted: a rate this "
                               f"machine's CPUs can carry (measured here: {', '.join(f'{x.gbps:.3f}' for x in links)} Gbit/s)"
                               + (f"; meanwhile the hypervisor gave other guests {self.steal_share:.0%} of this machine's "
-                                 f"cores: try again when it is quieter" if stolen else ""))
+                                 f"cores: try again when it is quieter" if metrics.disturbed(self.steal_share) else ""))
 
     def describe(self, links: list[Link]) -> dict:
         """The run record's `network` block."""
