@@ -48,7 +48,7 @@ class Cell:
     n: int | None  # repeats behind the cell (None: unknown, a published figure without a std)
     repeats: tuple[float, ...] = ()  # samples/s of each repeat, where the runs are ours
     busy: float | None = None  # the share of its machine's cores busy while measuring (ours, where recorded)
-    steal: float | None = None  # the share of them the hypervisor gave other guests meanwhile (ours, where recorded)
+    steal: float | None = None  # the most of them the hypervisor gave other guests in one repeat (ours, where recorded)
 
 
 Cells = dict  # {(method, workers): Cell}
@@ -133,7 +133,7 @@ def cell_of(samples_per_sec_per_repeat: list[float], busy: list[float] | None = 
             steal: list[float] | None = None) -> Cell:
     return Cell(*metrics.mean_std(samples_per_sec_per_repeat), len(samples_per_sec_per_repeat),
                 tuple(samples_per_sec_per_repeat), sum(busy) / len(busy) if busy else None,
-                sum(steal) / len(steal) if steal else None)
+                max(steal) if steal else None)  # steal comes in bursts: one repeat's moves the mean
 
 
 def baseline_cell(cells: Cells) -> Cell | None:
@@ -198,7 +198,7 @@ LEGEND = (f"(n=k): fewer than {noise.MIN_REPEATS} repeats, no usable std; (no st
           f"{CPU_MARK}: its machine's cores were at least {CPU_BUSY:.0%} busy while measuring "
           f"(host_busy_cores): bound by the CPU as much as by communication; "
           f"{STEAL_MARK}: the hypervisor gave other guests at least {metrics.DISTURBED_STEAL_SHARE:.0%} of its "
-          f"machine's cores while measuring (host_steal_cores): it measured them too, run it again.")
+          f"machine's cores while one of its repeats was timed (host_steal_cores): it measured them too, run it again.")
 
 
 def marked(text: str, cells: Cells, method: str, workers: int) -> str:

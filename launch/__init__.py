@@ -252,11 +252,13 @@ def _say(rec: dict, where: Path) -> None:
     if rec["status"] == "ok":
         print(f"[ddlbench] ok: {rec['method']} {rec['model']} x{rec['workers']}: "
               f"{rec['samples_per_sec']:.2f} ± {rec['samples_per_sec_std']:.2f} samples/s -> {where}", flush=True)
-        steal = metrics.steal_share(rec.get("host_steal_cores"), rec.get("host_cores"))
-        if metrics.disturbed(steal):
-            print(f"[ddlbench] warning: {rec['method']} {rec['model']} x{rec['workers']}: its machine lost {steal:.0%} "
-                  f"of its cores to other guests of the hypervisor while it was timed (host_steal_cores): its "
-                  f"throughput measured them too; run it again on a quieter machine (the validation leaves such "
-                  f"runs out)", file=sys.stderr, flush=True)
+        blocks = rec.get("host_steal_cores") or []  # one per repeat
+        stolen = metrics.disturbed_repeats(blocks, rec.get("host_cores"), len(blocks))
+        if stolen:
+            print(f"[ddlbench] warning: {rec['method']} {rec['model']} x{rec['workers']}: its machine lost "
+                  + ", ".join(f"{share:.0%}" for _, share in stolen) + " of its cores to other guests of the "
+                  f"hypervisor while repeat(s) " + ", ".join(str(i + 1) for i, _ in stolen) + f" of {len(blocks)} "
+                  f"were timed (host_steal_cores): they measured them too; run it again on a quieter machine "
+                  f"(the validation leaves such repeats out)", file=sys.stderr, flush=True)
     else:
         print(f"[ddlbench] FAILED: {rec['method']} {rec['model']} x{rec['workers']}: {rec['error']} -> {where}", flush=True)
