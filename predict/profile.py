@@ -786,13 +786,18 @@ def machinery_s(model: str, local_batch: int, threads: int | None = None, sharer
     beside three: 9.5 ms beside plain neighbours, 16-17 ms beside its like; 8.7-8.9 ms either way
     beside one). Both models start alike and take the
     same batches, so their parameters must end alike (else it raises: what was timed was not
-    ByteScheduler training). A one-worker microbenchmark, no multi-worker result. Returns
-    {"machinery_s" (>= 0), "plain_s", "bytescheduler_s", "source"}; cached per model, batch,
+    ByteScheduler training). A pair of rounds that lost metrics.DISTURBED_STEAL_SHARE of the
+    cores or more to the hypervisor's other guests is left out while another is left (and the
+    source says so): the difference would time the neighbour. A one-worker microbenchmark, no
+    multi-worker result. Returns {"machinery_s" (>= 0), "plain_s", "bytescheduler_s", "rounds"
+    (each pair's means and stolen share), "source"}; cached per model, batch,
     threads, sharers and rounds, in `cache_dir` (default CACHE_DIR)."""
     import multiprocessing as mp
     import time
 
     import torch
+
+    from ddlbench import hostcpu, metrics
 
     if sharers < 1 or rounds < 1 or iters < 1:
         raise ValueError(f"sharers={sharers!r}, rounds={rounds!r}, iters={iters!r} are invalid; accepted: each >= 1")
@@ -825,11 +830,13 @@ def machinery_s(model: str, local_batch: int, threads: int | None = None, sharer
                     out.append(time.perf_counter() - t0)
                 return out
 
-            plain_s, queued_s = [], []
+            pairs = []  # (plain steps, ByteScheduler's steps, cores stolen meanwhile) per pair of rounds
             done = 0  # both models' iterations so far: the same batches in the same order
             for _ in range(rounds):
-                plain_s += round_s(plain_step, 0, done, MACHINERY_SETTLE + iters)[MACHINERY_SETTLE:]
-                queued_s += round_s(queued_step, 1, done, MACHINERY_SETTLE + iters)[MACHINERY_SETTLE:]
+                mark = hostcpu.steal_mark()
+                plain_round = round_s(plain_step, 0, done, MACHINERY_SETTLE + iters)[MACHINERY_SETTLE:]
+                pairs.append((plain_round, round_s(queued_step, 1, done, MACHINERY_SETTLE + iters)[MACHINERY_SETTLE:],
+                              hostcpu.stolen_share(mark)))
                 done += MACHINERY_SETTLE + iters
             check()
             queued.sync.flush()
@@ -843,10 +850,21 @@ def machinery_s(model: str, local_batch: int, threads: int | None = None, sharer
         raise RuntimeError(f"profile: ByteScheduler's iterations of {model} did not train as plain SGD's did "
                            f"(a world of one must update every parameter as SGD does); its timing is not kept")
     beside = f", beside {sharers - 1} more worker(s) doing the same on this machine's cores" if sharers > 1 else ""
+    # a pair of rounds during which the hypervisor gave other guests DISTURBED_STEAL_SHARE of the
+    # cores or more timed them too (steal comes in bursts, so one round can take it all): left
+    # out while any other pair is left
+    kept = [p for p in pairs if not metrics.disturbed(p[2])] or pairs
+    plain_s = [t for p in kept for t in p[0]]
+    queued_s = [t for p in kept for t in p[1]]
+    left_out = len(pairs) - len(kept)
     out = {"machinery_s": max(0.0, statistics.mean(queued_s) - statistics.mean(plain_s)),
            "plain_s": statistics.mean(plain_s), "bytescheduler_s": statistics.mean(queued_s),
+           "rounds": [{"plain_s": statistics.mean(a), "bytescheduler_s": statistics.mean(b), "steal_share": st}
+                      for a, b, st in pairs],
            "source": f"measured: ByteScheduler at one worker on the cpu at {threads} threads{beside}, against plain "
-                     f"iterations, {rounds} alternating rounds of {iters}"}
+                     f"iterations, {rounds} alternating rounds of {iters}"
+                     + (f" ({left_out} pair(s) of rounds left out: the hypervisor gave other guests at least "
+                        f"{metrics.DISTURBED_STEAL_SHARE:.0%} of the cores meanwhile)" if left_out else "")}
     if cache:
         _write_json(path, out)
     return out

@@ -901,6 +901,27 @@ def test_bytescheduler_machinery_is_timed_against_plain_steps_and_trains_alike(t
         profile.machinery_s("tiny-resnet", 2, threads=1, cache=False, rounds=0)
 
 
+def test_bytescheduler_machinery_leaves_out_rounds_that_lost_the_cores_to_other_guests(tmp_path, monkeypatch):
+    """A pair of rounds during which the hypervisor gave other guests DISTURBED_STEAL_SHARE of the
+    cores or more is left out of machinery_s (its means are the other pairs'), and the source
+    says so; where every pair was, all are kept."""
+    from ddlbench import hostcpu
+    from ddlbench.predict import profile
+
+    shares = iter([0.0, 0.3, 0.02])
+    monkeypatch.setattr(hostcpu, "stolen_share", lambda mark: next(shares))
+    out = profile.machinery_s("tiny-resnet", 2, threads=1, cache=False, rounds=3, iters=2)
+    rounds = out["rounds"]
+    assert [r["steal_share"] for r in rounds] == [0.0, 0.3, 0.02]
+    assert out["plain_s"] == pytest.approx((rounds[0]["plain_s"] + rounds[2]["plain_s"]) / 2)
+    assert out["bytescheduler_s"] == pytest.approx((rounds[0]["bytescheduler_s"] + rounds[2]["bytescheduler_s"]) / 2)
+    assert "(1 pair(s) of rounds left out: the hypervisor gave other guests at least 10%" in out["source"]
+    monkeypatch.setattr(hostcpu, "stolen_share", lambda mark: 0.5)
+    out = profile.machinery_s("tiny-resnet", 2, threads=1, cache=False, rounds=2, iters=2)
+    assert out["plain_s"] == pytest.approx(sum(r["plain_s"] for r in out["rounds"]) / 2)
+    assert "left out" not in out["source"]
+
+
 def test_bytescheduler_machinery_that_trains_otherwise_is_not_kept(tmp_path, monkeypatch):
     """A ByteScheduler that skips an update (what a broken world-of-one path would do) ends with
     other parameters than plain SGD's: the timing is refused, and nothing is cached."""
