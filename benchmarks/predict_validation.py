@@ -185,8 +185,8 @@ def repeats_of(rec: dict) -> list[float]:
 
 def run_measured(rec: dict) -> tuple[float | None, list[tuple[int, float]]]:
     """A run's measured samples/s over the repeats no neighbour disturbed (their mean, as the
-    driver's headline is over all; the headline itself where none was), and the (index, stolen share) of those left out
-    (`metrics.disturbed_repeats`); None where every repeat was. A repeat whose block lost
+    driver's headline is over all; the headline itself where none was), and the (index, stolen
+    share) of those left out (`metrics.disturbed_repeats`); None where every repeat was. A repeat whose block lost
     metrics.DISTURBED_STEAL_SHARE of the machine's cores or more timed the neighbour as much as
     the method, and nothing the model is given (a one-worker run, a profile, the bench's
     commbench) saw it. Steal comes in bursts, so it is judged per repeat, not by the run's mean:
@@ -196,7 +196,8 @@ def run_measured(rec: dict) -> tuple[float | None, list[tuple[int, float]]]:
     out = metrics.disturbed_repeats(rec.get("host_steal_cores"), rec.get("host_cores"), len(reps))
     if not out:
         return rec["samples_per_sec"], out
-    kept = metrics.undisturbed(reps, rec.get("host_steal_cores"), rec.get("host_cores"))
+    gone = {i for i, _ in out}
+    kept = [x for i, x in enumerate(reps) if i not in gone]
     return (statistics.mean(kept) if kept else None), out
 
 
@@ -667,9 +668,9 @@ def spread(results: str, again: str) -> dict:
         out = defaultdict(list)
         for r in load([path]).records:
             if r.get("status") == "ok" and r.get("samples_per_sec") and r["workers"] > 1 \
-                    and run_measured(r)[0] is not None:  # as `local` measures it: undisturbed repeats
+                    and (x := run_measured(r)[0]) is not None:  # as `local` measures it: undisturbed repeats
                 out[(r["model"], r["local_batch"], tables.network_of(r), r["method"], r["workers"],
-                     config_hash(r.get("config"), ("profile.repeats",)))].append(run_measured(r)[0])
+                     config_hash(r.get("config"), ("profile.repeats",)))].append(x)
         return {k: statistics.mean(v) for k, v in out.items()}
 
     a, b = measured(again), measured(results)
