@@ -211,7 +211,9 @@ BENCH_ONE_REPEATS ?= 6
 # worker times training steps alone, all at once): the predictor's validation takes one worker's
 # compute from it, as the run ran, where a profile measured minutes apart mistimes it. With 4
 # workers on 2 cores a run's two probes were 23% apart at the median over a bench at 8 steps
-# (54% at most), 11% at 24 (23% at most).
+# (54% at most), 11% at 24 (23% at most). The one-worker runs take one too, so that what
+# ByteScheduler's one-worker run adds to its compute is read against its own compute, timed
+# minutes from nothing else (bl50 and bl51: its one-worker runs 22-25% apart, an hour apart).
 BENCH_PROBE_ITERS ?= 24
 # Each multi-worker run's repeats also time this many rounds of the model's gradients all-reduced one
 # tensor each, all at once (driver: the communication probe, make commbench's fusion burst): on this
@@ -233,6 +235,7 @@ bench_many = $(PY) -m ddlbench --multirun method=$(ALL_METHODS) workers=2,4 mode
 	profile.measured_iters=$(BENCH_MEASURED_ITERS) profile.repeats=$(BENCH_REPEATS) skip_recorded=true $(OVERRIDES)
 bench_one = $(PY) -m ddlbench --multirun method=bsp-a2a,bytescheduler-ps,bytescheduler-a2a workers=1 \
 	model=$(BENCH_MODEL) profile.measured_iters=$(BENCH_MEASURED_ITERS) profile.repeats=$(BENCH_ONE_REPEATS) \
+	profile.compute_probe_iters=$(BENCH_PROBE_ITERS) \
 	$(1) skip_recorded=true $(OVERRIDES)
 bench-emulated: install
 	@for link in $(BENCH_LINKS); do \
