@@ -300,13 +300,37 @@ def runs_queue(method: str) -> bool:
 def setup_machinery(results: str, run: dict) -> float:
     """ByteScheduler's machinery in one worker of `run`, beside its W-1 others at its threads
     (profile.machinery_s, kept in `profiles_dir`): seconds per iteration, taken from compute
-    (`simulate.Options.bytescheduler_cpu_s`). 0 for a method without ByteScheduler's queue."""
+    (`simulate.Options.bytescheduler_cpu_s`). 0 for a method without ByteScheduler's queue.
+    Where the run took a compute probe, the machinery as the machine ran then: times the run's
+    free-running probe step (`probe_compute_s`: each worker's training step beside the W-1 others
+    doing the same, at the run's threads) over the microbenchmark's own plain step (the same
+    step, beside W-1 neighbours doing the same, timed in the rounds it was measured in):
+    what a thread gets of these cores drifts by a fifth over an hour here (bl51's microbenchmark,
+    12 pairs of rounds over a few minutes: plain steps of 9.1-12.4 ms beside one neighbour)."""
     from ddlbench.predict import profile
 
     if not runs_queue(run["method"]):
         return 0.0
-    return profile.machinery_s(run["model"], run["local_batch"], threads=run_threads(run), sharers=run["workers"],
-                               cache_dir=profiles_dir(results), rounds=MACHINERY_ROUNDS)["machinery_s"]
+    m = profile.machinery_s(run["model"], run["local_batch"], threads=run_threads(run), sharers=run["workers"],
+                            cache_dir=profiles_dir(results), rounds=MACHINERY_ROUNDS)
+    probe = probe_compute_s(run)
+    return m["machinery_s"] * (probe / m["plain_s"] if probe and m.get("plain_s") else 1.0)
+
+
+def one_worker_probe_s(recs: list[dict]) -> float | None:
+    """The compute probe of these one-worker runs (the benches' one-worker runs take one: driver,
+    `profile.compute_probe_iters`): the median over their repeats of each repeat's mean training
+    step, at the runs' own threads and minutes, in seconds; a repeat whose block lost
+    metrics.DISTURBED_STEAL_SHARE of the cores or more left out while another is left (as
+    `one_worker_samples_per_sec`). None where none took one (records before 2026-12-02)."""
+    every, kept = [], []
+    for r in recs:
+        steps = r.get("compute_probe_s")
+        if not steps:
+            continue
+        every += steps
+        kept += metrics.undisturbed(steps, r.get("host_steal_cores"), r.get("host_cores"))
+    return statistics.median(kept or every) if every else None
 
 
 def run_launch(results: str, run: dict) -> float:
@@ -440,11 +464,14 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
     from the run mistimes its compute (one bench's 4-worker runs all 20-30% faster than
     predicted, the next's 11-20% slower); the probe times it as the run ran. ByteScheduler's own machinery: a delay per
     unit on its update path, calibrated from the one-worker runs of that method where there are
-    some (`simulate.calibrate_unit_s`), against the setup's one-worker compute at that run's own
-    threads (`at_threads_of`), and rescaled as the compute is; with the workers sharing the
+    some (`simulate.calibrate_unit_s`), against that one-worker run's own compute probe where it
+    took one (`one_worker_probe_s`: the same minutes; bl50's and bl51's one-worker ByteScheduler
+    runs, an hour apart, read 22-25% apart), else the setup's one-worker compute at that run's
+    own threads (`at_threads_of`), and rescaled as the compute is (the run's probe over that
+    compute); with the workers sharing the
     cores, also what it adds to one worker's iteration beside W-1 others doing the same at the
-    run's threads (`setup_machinery`: profile.machinery_s, measured with the profiles), taken
-    from compute. The lone worker's run cannot price that: its machinery's threads find a core
+    run's threads (`setup_machinery`: profile.machinery_s, measured with the profiles, rescaled
+    by the run's probe over its own plain step), taken from compute. The lone worker's run cannot price that: its machinery's threads find a core
     free, or take it from its own compute, where beside others they take the others' (tiny-resnet,
     one thread: 4.5 ms alone, 8.7 ms beside a second worker, 17 ms beside three); and as a
     delay on the update path alone it hid behind two workers' communication (+24% on
@@ -460,6 +487,7 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
             link = one_worker_link(r["method"], record_network(r) or local_network)
             own[(*setup_key(r), r["method"], link)].append(r)
     shared, alone, runs, units = defaultdict(list), defaultdict(list), [], {}
+    unit_compute_s = {}  # per key of `units`: the one-worker compute its calibration is relative to
     others = {"profile": defaultdict(list), "spread": defaultdict(list), "unscaled": defaultdict(list),
               "disturbed": []}
     for r, base in setups(recs):
@@ -485,10 +513,14 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
         mine = own.get((*key, r["method"], one_worker_link(r["method"], net)))  # its one-worker runs
         ukey = (r["model"], r["local_batch"], r["method"], net)
         if mine and simulate.runs_bytescheduler_queue(cfg) and ukey not in units:
-            # its one-worker run's compute, at that run's threads
-            prof1 = cli.load_profile(r["model"], r["local_batch"], at_threads_of(results, base[0], x1, mine[0]))
+            # its one-worker run's compute: the run's own compute probe where it took one (the
+            # same minutes and threads), else the setup's one-worker throughput at its threads
+            own_probe = one_worker_probe_s(mine)
+            one = r["local_batch"] / own_probe if own_probe else at_threads_of(results, base[0], x1, mine[0])
+            prof1 = cli.load_profile(r["model"], r["local_batch"], one)
             units[ukey] = simulate.calibrate_unit_s(r["method"], prof1, placed,
                                                     r["local_batch"] / one_worker_samples_per_sec(mine), stack_opts)
+            unit_compute_s[ukey] = own_probe or r["local_batch"] / x1
         unit_s = units.get(ukey, 0.0)
         # the network as the run found it: the bench's, scaled by the run's communication probe
         # against the bench's commbench burst (`comm_scale`), where both were measured
@@ -503,7 +535,9 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
                         "alone": (x1, unit_s, 0.0, by_itself.iteration_s, 0.0)}
         probe, lockstep = probe_compute_s(r), probe_lockstep_s(r)
         if probe:
-            at_run = (r["local_batch"] / x1) / probe
+            # the unit's machinery as the machine ran: what the compute took at its calibration
+            # over what it took at the run
+            at_run = unit_compute_s.get(ukey, r["local_batch"] / x1) / probe
             # the W workers' compute as an iteration waits for it: the lock-step probe's slowest
             # worker's own step, begun as late as the last worker began, where it ran one; else
             # the free-running steps' spread (independent draws)
@@ -753,13 +787,14 @@ def main(argv=None) -> int:
     for results, bench in benches["per_bench"].items():
         if bench["units"]:
             print(f"\nByteScheduler's own machinery under {results}, calibrated from its one-worker runs "
-                  "(per unit, one worker alone):")
+                  "(per unit, one worker alone, against the runs' own compute probe where they took one):")
             print(markdown(["model", "local batch", "method", "network", "ms per unit"],
                            [[*k, f"{v * 1e3:.3f}"] for k, v in sorted(bench["units"].items())]))
         beside = machinery_table(results)
         if beside:
             print(f"\nByteScheduler's machinery beside the run's other workers under {results}, taken from their "
-                  "compute (profile.machinery_s, per iteration of one worker):")
+                  "compute (profile.machinery_s, per iteration of one worker; a run with a compute probe takes it "
+                  "times its probe's step over the plain step here):")
             print(beside)
     print("\nPer run (sharing): predicted / measured samples/s")
     several = len(a.results) > 1

@@ -498,6 +498,59 @@ def test_validation_calibrates_bytescheduler_ps_against_the_compute_at_its_one_w
     assert unit_s < simulate.calibrate_unit_s("bytescheduler-ps", two_threads, cluster, 8 / 40.0, opts)
 
 
+def test_validation_reads_bytescheduler_machinery_at_the_machines_speed_when_each_part_was_timed(tmp_path,
+                                                                                                    monkeypatch):
+    """What a thread gets of these shared cores drifts by a fifth within an hour, so each part of
+    ByteScheduler's machinery is read against a compute timed beside it: its one-worker run's
+    unit cost against that run's own compute probe (its repeats that lost the cores to other
+    guests left out), not the setup's one-worker run minutes away; that unit, and the
+    machinery_s microbenchmark (against its own plain step), rescaled to the compute the
+    multi-worker run's probe timed."""
+    from ddlbench import record
+
+    validation = _validation()
+    fixed = cli.load_profile("tiny-resnet", 8, 100.0)  # the setup's one worker: 0.08 s a step
+    monkeypatch.setattr(profile, "measured", lambda *a, **k: fixed)
+    monkeypatch.setattr(profile, "measure_copy", lambda device, threads, **k: (2e-5, 1e9, "fixed"))
+    monkeypatch.setattr(profile, "machinery_s", lambda *a, **k: {"machinery_s": 0.01, "plain_s": 0.008})
+    seen = []
+    real_predict = cli.predict
+    monkeypatch.setattr(cli, "predict", lambda *a, **k: seen.append((a[5], a[6])) or real_predict(*a, **k))
+    base = {"device": "cpu", "backend": "gloo", "engine": "torch", "env": {"OMP_NUM_THREADS": "1"}, "host_cores": 2}
+    record.write(tmp_path, {**_measured("bsp-a2a", 1, 100.0), **base})
+    # its one-worker run: 40 samples/s, its probe's step 0.1-0.12 s where no guest took the cores
+    record.write(tmp_path, {**_measured("bytescheduler-a2a", 1, 30.0), **base,
+                            "samples_per_sec_per_repeat": [40.0, 20.0, 40.0, 20.0],
+                            "host_steal_cores": [0.0, 1.0, 0.0, 1.0],
+                            "compute_probe_s": [0.1, 0.3, 0.12, 0.3], "compute_probe_iter_s": [0.1] * 4})
+    # the two-worker run's probe: 0.2 s a step, free-running
+    record.write(tmp_path, {**_measured("bytescheduler-a2a", 2, 20.0), **base,
+                            "compute_probe_s": [0.2, 0.2], "compute_probe_iter_s": [0.2] * 4})
+    recs = validation.ok_records(str(tmp_path))
+    one = next(r for r in recs if r["method"] == "bytescheduler-a2a" and r["workers"] == 1)
+    assert validation.one_worker_probe_s([one]) == pytest.approx(0.11)  # not 0.21, with the disturbed two
+    assert validation.one_worker_probe_s([{**one, "host_steal_cores": None}]) == pytest.approx(0.21)
+    assert validation.one_worker_probe_s([_measured("bytescheduler-a2a", 1)]) is None  # no probe: none
+    two = next(r for r in recs if r["workers"] == 2)
+    assert validation.setup_machinery(str(tmp_path), two) == pytest.approx(0.01 * 0.2 / 0.008)
+    assert validation.setup_machinery(str(tmp_path), {**two, "compute_probe_s": None}) == pytest.approx(0.01)
+
+    _, _, runs, units, _ = validation.local(str(tmp_path), "loopback")
+    unit_s = units[("tiny-resnet", 8, "bytescheduler-a2a", "loopback")]
+    opts = cli.study_opts("local", "ddlbench", backend="gloo")
+    cluster = validation.record_cluster(two, "loopback")
+    assert unit_s == pytest.approx(simulate.calibrate_unit_s(
+        "bytescheduler-a2a", cli.load_profile("tiny-resnet", 8, 8 / 0.11), cluster, 8 / 40.0, opts))
+    assert unit_s != pytest.approx(simulate.calibrate_unit_s(  # the setup's one worker, 0.08 s
+        "bytescheduler-a2a", fixed, cluster, 8 / 40.0, opts))
+    # the run's prediction from its probe (its compute 8 / 0.2 samples/s): the unit and the
+    # machinery each at the machine's speed as the probe found it
+    probed = [o for one_sps, o in seen if one_sps == pytest.approx(8 / 0.2)]
+    assert probed and all(o.bytescheduler_unit_s == pytest.approx(unit_s * 0.2 / 0.11) for o in probed)
+    assert all(o.bytescheduler_cpu_s == pytest.approx(0.01 * 0.2 / 0.008) for o in probed)
+    assert runs[0][-1] == "probe"
+
+
 def test_validation_predicts_a_local_run_as_one_machine_and_an_emulated_one_as_configured():
 
     validation = _validation()
