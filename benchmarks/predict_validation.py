@@ -297,11 +297,11 @@ def runs_queue(method: str) -> bool:
     return simulate.runs_bytescheduler_queue(simulate.method_config(method, "worker"))
 
 
-def setup_machinery(results: str, run: dict) -> float:
+def setup_machinery(results: str, run: dict, at_probe: bool = True) -> float:
     """ByteScheduler's machinery in one worker of `run`, beside its W-1 others at its threads
     (profile.machinery_s, kept in `profiles_dir`): seconds per iteration, taken from compute
     (`simulate.Options.bytescheduler_cpu_s`). 0 for a method without ByteScheduler's queue.
-    Where the run took a compute probe, the machinery as the machine ran then: times the run's
+    Where the run took a compute probe (and `at_probe`), the machinery as the machine ran then: times the run's
     free-running probe step (`probe_compute_s`: each worker's training step beside the W-1 others
     doing the same, at the run's threads) over the microbenchmark's own plain step (the same
     step, beside W-1 neighbours doing the same, timed in the rounds it was measured in):
@@ -313,7 +313,7 @@ def setup_machinery(results: str, run: dict) -> float:
         return 0.0
     m = profile.machinery_s(run["model"], run["local_batch"], threads=run_threads(run), sharers=run["workers"],
                             cache_dir=profiles_dir(results), rounds=MACHINERY_ROUNDS)
-    probe = probe_compute_s(run)
+    probe = probe_compute_s(run) if at_probe else None
     return m["machinery_s"] * (probe / m["plain_s"] if probe and m.get("plain_s") else 1.0)
 
 
@@ -471,8 +471,8 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
     compute); with the workers sharing the
     cores, also what it adds to one worker's iteration beside W-1 others doing the same at the
     run's threads (`setup_machinery`: profile.machinery_s, measured with the profiles, rescaled
-    by the run's probe over its own plain step), taken from compute. The lone worker's run cannot price that: its machinery's threads find a core
-    free, or take it from its own compute, where beside others they take the others' (tiny-resnet,
+    by the run's probe over its own plain step), taken from compute. The lone worker's run
+    cannot price that: its machinery's threads find a core free, or take it from its own compute, where beside others they take the others' (tiny-resnet,
     one thread: 4.5 ms alone, 8.7 ms beside a second worker, 17 ms beside three); and as a
     delay on the update path alone it hid behind two workers' communication (+24% on
     ByteScheduler-A2A's 2 local workers, -4% with the cores' time as well). The two may overlap
@@ -488,6 +488,7 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
             own[(*setup_key(r), r["method"], link)].append(r)
     shared, alone, runs, units = defaultdict(list), defaultdict(list), [], {}
     unit_compute_s = {}  # per key of `units`: the one-worker compute its calibration is relative to
+    probed_units = set()  # the keys whose compute was their one-worker run's own probe
     others = {"profile": defaultdict(list), "spread": defaultdict(list), "unscaled": defaultdict(list),
               "disturbed": []}
     for r, base in setups(recs):
@@ -521,17 +522,22 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
             units[ukey] = simulate.calibrate_unit_s(r["method"], prof1, placed,
                                                     r["local_batch"] / one_worker_samples_per_sec(mine), stack_opts)
             unit_compute_s[ukey] = own_probe or r["local_batch"] / x1
+            if own_probe:
+                probed_units.add(ukey)
         unit_s = units.get(ukey, 0.0)
         # the network as the run found it: the bench's, scaled by the run's communication probe
         # against the bench's commbench burst (`comm_scale`), where both were measured
         scale = comm_scale(r, net, here)
         as_measured, placed = placed, (network.slower(placed, scale) if scale else placed)
         ratio = by_itself.compute_s / beside.compute_s
-        machinery = setup_machinery(results, r)
+        machinery, machinery_at_run = setup_machinery(results, r, at_probe=False), setup_machinery(results, r)
         resolved, plan = mgwfbp_resolved(r), ""
         # the compute of one worker beside the others: the run's own probe where it has one (as
         # the run ran), else the profile measured beside W-1 others as the bench finished
-        calibrations = {"profile": (x1 * ratio, unit_s / ratio, machinery, beside.iteration_s, 0.0),
+        # the unit at the bench-end profile's compute beside the others: over the compute it
+        # was calibrated against (its one-worker run's probe), else over the profile alone
+        unit_beside = unit_s * beside.compute_s / unit_compute_s[ukey] if ukey in probed_units else unit_s / ratio
+        calibrations = {"profile": (x1 * ratio, unit_beside, machinery, beside.iteration_s, 0.0),
                         "alone": (x1, unit_s, 0.0, by_itself.iteration_s, 0.0)}
         probe, lockstep = probe_compute_s(r), probe_lockstep_s(r)
         if probe:
@@ -542,10 +548,10 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
             # worker's own step, begun as late as the last worker began, where it ran one; else
             # the free-running steps' spread (independent draws)
             step_s, late = lockstep or (probe, 0.0)
-            calibrations["probe"] = (r["local_batch"] / step_s, unit_s / at_run, machinery,
+            calibrations["probe"] = (r["local_batch"] / step_s, unit_s / at_run, machinery_at_run,
                                      [] if lockstep else r["compute_probe_iter_s"], late)
             if lockstep:  # beside it, what the free-running steps' spread, as independent draws, gives
-                calibrations["spread"] = (r["local_batch"] / probe, unit_s / at_run, machinery,
+                calibrations["spread"] = (r["local_batch"] / probe, unit_s / at_run, machinery_at_run,
                                           r["compute_probe_iter_s"], 0.0)
         source = "probe" if probe else "profile"  # the prediction of the workers sharing the cores
         label = "lock-step" if lockstep else source  # where its compute came from

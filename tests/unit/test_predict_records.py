@@ -549,6 +549,11 @@ def test_validation_reads_bytescheduler_machinery_at_the_machines_speed_when_eac
     assert probed and all(o.bytescheduler_unit_s == pytest.approx(unit_s * 0.2 / 0.11) for o in probed)
     assert all(o.bytescheduler_cpu_s == pytest.approx(0.01 * 0.2 / 0.008) for o in probed)
     assert runs[0][-1] == "probe"
+    # beside it, the bench-end profile's prediction (0.08 s a step beside the other worker here):
+    # the unit at that compute over its one-worker run's probe, the machinery as measured
+    at_profile = [o for one_sps, o in seen if one_sps == pytest.approx(100.0) and o.bytescheduler_cpu_s]
+    assert at_profile and all(o.bytescheduler_unit_s == pytest.approx(unit_s * 0.08 / 0.11) for o in at_profile)
+    assert all(o.bytescheduler_cpu_s == pytest.approx(0.01) for o in at_profile)
 
 
 def test_validation_predicts_a_local_run_as_one_machine_and_an_emulated_one_as_configured():
