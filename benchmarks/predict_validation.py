@@ -192,13 +192,19 @@ def run_measured(rec: dict) -> tuple[float | None, list[tuple[int, float]]]:
     commbench) saw it. Steal comes in bursts, so it is judged per repeat, not by the run's mean:
     one emulated 4-worker ByteScheduler-A2A run lost 15, 29, 8, 11 and 0% of the cores in its five
     repeats and read 78, 62, 90, 82 and 114 samples/s."""
-    reps = repeats_of(rec)
-    out = metrics.disturbed_repeats(rec.get("host_steal_cores"), rec.get("host_cores"), len(reps))
+    kept, out = kept_repeats(rec)
     if not out:
         return rec["samples_per_sec"], out
-    gone = {i for i, _ in out}
-    kept = [x for i, x in enumerate(reps) if i not in gone]
     return (statistics.mean(kept) if kept else None), out
+
+
+def kept_repeats(rec: dict) -> tuple[list[float], list[tuple[int, float]]]:
+    """A run's samples/s of each repeat no neighbour disturbed, and the (index, stolen share) of
+    those left out (`run_measured`)."""
+    reps = repeats_of(rec)
+    out = metrics.disturbed_repeats(rec.get("host_steal_cores"), rec.get("host_cores"), len(reps))
+    gone = {i for i, _ in out}
+    return [x for i, x in enumerate(reps) if i not in gone], out
 
 
 def mgwfbp_resolved(rec: dict) -> tuple[float, float] | None:
@@ -490,7 +496,7 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
     unit_compute_s = {}  # per key of `units`: the one-worker compute its calibration is relative to
     probed_units = set()  # the keys whose compute was their one-worker run's own probe
     others = {"profile": defaultdict(list), "spread": defaultdict(list), "unscaled": defaultdict(list),
-              "disturbed": []}
+              "disturbed": [], "repeats": {}}
     for r, base in setups(recs):
         net = record_network(r) or local_network
         if net is None:
@@ -596,6 +602,8 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
         where_net = (f"{net} (bench's" + (f", x{scale:.2f} by the run's comm probe" if scale else "") + ")") \
             if here else net
         runs.append((r["method"], where_net, r["workers"], *pair[source], plan, label))
+        kept = kept_repeats(r)[0]  # the spread of what was measured, beside the error
+        others["repeats"][(r["method"], where_net, r["workers"])] = (min(kept), max(kept))
     return shared, alone, runs, units, others
 
 
@@ -805,11 +813,19 @@ def main(argv=None) -> int:
     print("\nPer run (sharing): predicted / measured samples/s")
     several = len(a.results) > 1
     print(markdown((["bench"] if several else []) + ["method", "network", "workers", "predicted", "measured", "error",
-                                                     "compute from", "MG-WFBP: predictor's own plan"],
+                                                     "repeats", "compute from", "MG-WFBP: predictor's own plan"],
                    [([results] if several else []) + [m, net, w, f"{p:.1f}", f"{x:.1f}", f"{(p - x) / x:+.0%}",
-                                                      source, plan or "-"]
+                                                      repeats_cell(p, bench["repeats"][(m, net, w)]), source,
+                                                      plan or "-"]
                     for results, bench in benches["per_bench"].items()
                     for m, net, w, p, x, plan, source in sorted(bench["runs"])]))
+    inside = [(results, sum(lo <= p <= hi for (lo, hi), p in
+                            ((bench["repeats"][(m, net, w)], p) for m, net, w, p, *_ in bench["runs"])),
+               len(bench["runs"])) for results, bench in benches["per_bench"].items()]
+    print("(repeats: the lowest and highest samples/s of the run's repeats the validation kept, 'in' where the "
+          "prediction falls between them: a miss there is within the run's own spread; "
+          + "; ".join(f"{n} of {total} runs in" + (f" under {results}" if several else "")
+                      for results, n, total in inside) + ")")
     print("(MG-WFBP is predicted with the run's own start-up alpha, beta and the groups it sent (its record); "
           "the last column says whether the predictor's model of that microbenchmark alone chooses the run's "
           "groups, and, where it is so, that the run's alpha, beta give other groups with this profile's "
@@ -901,8 +917,15 @@ def pooled(results: list[str], local_network: str | None) -> dict:
                           *((out["others"][k], others[k]) for k in out["others"])):
             for m, v in got.items():
                 into[m].extend(v)
-        out["per_bench"][r] = {"shared": shared, "runs": runs, "units": units, "disturbed": others["disturbed"]}
+        out["per_bench"][r] = {"shared": shared, "runs": runs, "units": units, "disturbed": others["disturbed"],
+                               "repeats": others["repeats"]}
     return out
+
+
+def repeats_cell(predicted: float, lo_hi: tuple[float, float]) -> str:
+    """A run's kept repeats' range of samples/s, marked 'in' where `predicted` falls within it."""
+    lo, hi = lo_hi
+    return f"{lo:.0f}-{hi:.0f}" + (" in" if lo <= predicted <= hi else "")
 
 
 def per_bench_table(per_bench: dict) -> str:

@@ -205,7 +205,9 @@ def test_validation_pools_several_benches_and_reports_each(monkeypatch, capsys):
         for m, _, p, x in benches[results]:
             shared.setdefault(m, []).append((p, x))
         runs = [(m, "n", w, p, x, "", "lock-step") for m, w, p, x in benches[results]]
-        return shared, shared, runs, {}, {"profile": shared, "spread": shared, "unscaled": shared, "disturbed": []}
+        repeats = {(m, "n", w): (0.9 * x, 1.1 * x) for m, w, _, x in benches[results]}
+        return shared, shared, runs, {}, {"profile": shared, "spread": shared, "unscaled": shared, "disturbed": [],
+                                          "repeats": repeats}
     monkeypatch.setattr(validation, "local", local)
     monkeypatch.setattr(validation, "machinery_table", lambda results: None)
     pool = validation.pooled(["a", "b"], None)
@@ -220,6 +222,7 @@ def test_validation_pools_several_benches_and_reports_each(monkeypatch, capsys):
     assert validation.main(["--results", "a", "b", "--runs-only"]) == 0
     out = capsys.readouterr().out
     assert "2 benches pooled" in out and "| b     | ddp " in out and "within 10%" in out
+    assert "2 of 3 runs in under a; 2 of 3 runs in under b)" in out  # a's ddp x2 and b's bsp-a2a outside
 
 
 def test_validation_judges_each_run_against_bsp_a2as_at_the_same_workers_too():
@@ -469,6 +472,15 @@ def test_validation_leaves_out_repeats_whose_machine_lost_its_cores_to_other_gue
     assert "Left out: repeats whose machine lost at least 10% of its cores" in out
     assert "| wfbp-a2a | loopback | 2       | 50.0                  | none           | 2 of 2: #1 15%, #2 12%" in out
     assert "| ddp      | loopback | 4       | 24.0                  | 30.0           | 1 of 3: #2 15%" in out
+    # beside each run's error, the range of the repeats it was predicted against (the stolen one
+    # left out), marked where the prediction falls within it
+    assert others["repeats"] == {("bsp-a2a", "loopback", 2): (60.0, 60.0), ("ddp", "loopback", 4): (30.0, 30.0),
+                                 ("wfbp-a2a", "loopback", 4): (40.0, 40.0)}
+    assert validation.repeats_cell(35.0, (30.0, 40.0)) == "30-40 in"
+    assert validation.repeats_cell(41.0, (30.0, 40.0)) == "30-40"
+    row = next(line for line in out.splitlines() if line.startswith("| ddp ") and "| 30.0 " in line)
+    assert "| 30-30 " in row
+    assert "0 of 3 runs in)" in out
 
 
 def test_validation_calibrates_bytescheduler_ps_against_the_compute_at_its_one_worker_runs_threads(tmp_path,
