@@ -192,7 +192,11 @@ def run_measured(rec: dict) -> tuple[float | None, list[tuple[int, float]]]:
     commbench) saw it. Steal comes in bursts, so it is judged per repeat, not by the run's mean:
     one emulated 4-worker ByteScheduler-A2A run lost 15, 29, 8, 11 and 0% of the cores in its five
     repeats and read 78, 62, 90, 82 and 114 samples/s."""
-    kept, out = kept_repeats(rec)
+    return measured_of(rec, *kept_repeats(rec))
+
+
+def measured_of(rec: dict, kept: list[float], out: list[tuple[int, float]]) -> tuple[float | None, list]:
+    """`run_measured` from the run's `kept_repeats`."""
     if not out:
         return rec["samples_per_sec"], out
     return (statistics.mean(kept) if kept else None), out
@@ -303,24 +307,29 @@ def runs_queue(method: str) -> bool:
     return simulate.runs_bytescheduler_queue(simulate.method_config(method, "worker"))
 
 
-def setup_machinery(results: str, run: dict, at_probe: bool = True) -> float:
+def setup_machinery(results: str, run: dict) -> float:
     """ByteScheduler's machinery in one worker of `run`, beside its W-1 others at its threads
     (profile.machinery_s, kept in `profiles_dir`): seconds per iteration, taken from compute
     (`simulate.Options.bytescheduler_cpu_s`). 0 for a method without ByteScheduler's queue.
-    Where the run took a compute probe (and `at_probe`), the machinery as the machine ran then: times the run's
+    Where the run took a compute probe, the machinery as the machine ran then: times the run's
     free-running probe step (`probe_compute_s`: each worker's training step beside the W-1 others
     doing the same, at the run's threads) over the microbenchmark's own plain step (the same
     step, beside W-1 neighbours doing the same, timed in the rounds it was measured in):
     what a thread gets of these cores drifts by a fifth over an hour here (bl51's microbenchmark,
     12 pairs of rounds over a few minutes: plain steps of 9.1-12.4 ms beside one neighbour)."""
+    return machinery_pair(results, run)[1]
+
+
+def machinery_pair(results: str, run: dict) -> tuple[float, float]:
+    """`setup_machinery` as measured and at the run's probe, from one read of the measurement."""
     from ddlbench.predict import profile
 
     if not runs_queue(run["method"]):
-        return 0.0
+        return 0.0, 0.0
     m = profile.machinery_s(run["model"], run["local_batch"], threads=run_threads(run), sharers=run["workers"],
                             cache_dir=profiles_dir(results), rounds=MACHINERY_ROUNDS)
-    probe = probe_compute_s(run) if at_probe else None
-    return m["machinery_s"] * (probe / m["plain_s"] if probe and m.get("plain_s") else 1.0)
+    probe = probe_compute_s(run)
+    return m["machinery_s"], m["machinery_s"] * (probe / m["plain_s"] if probe and m.get("plain_s") else 1.0)
 
 
 def one_worker_probe_s(recs: list[dict]) -> float | None:
@@ -493,15 +502,15 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
             link = one_worker_link(r["method"], record_network(r) or local_network)
             own[(*setup_key(r), r["method"], link)].append(r)
     shared, alone, runs, units = defaultdict(list), defaultdict(list), [], {}
-    unit_compute_s = {}  # per key of `units`: the one-worker compute its calibration is relative to
-    probed_units = set()  # the keys whose compute was their one-worker run's own probe
+    unit_probe_s = {}  # per key of `units` calibrated against its one-worker run's own probe: that probe
     others = {"profile": defaultdict(list), "spread": defaultdict(list), "unscaled": defaultdict(list),
               "disturbed": [], "repeats": {}}
     for r, base in setups(recs):
         net = record_network(r) or local_network
         if net is None:
             continue
-        measured, stolen = run_measured(r)
+        kept, stolen = kept_repeats(r)
+        measured = measured_of(r, kept, stolen)[0]
         if stolen:  # its disturbed repeats left out, and said so (`run_measured`)
             others["disturbed"].append((r["method"], net, r["workers"], r["samples_per_sec"], measured,
                                         len(repeats_of(r)), tuple(stolen)))
@@ -527,29 +536,28 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
             prof1 = cli.load_profile(r["model"], r["local_batch"], one)
             units[ukey] = simulate.calibrate_unit_s(r["method"], prof1, placed,
                                                     r["local_batch"] / one_worker_samples_per_sec(mine), stack_opts)
-            unit_compute_s[ukey] = own_probe or r["local_batch"] / x1
             if own_probe:
-                probed_units.add(ukey)
+                unit_probe_s[ukey] = own_probe
         unit_s = units.get(ukey, 0.0)
         # the network as the run found it: the bench's, scaled by the run's communication probe
         # against the bench's commbench burst (`comm_scale`), where both were measured
         scale = comm_scale(r, net, here)
         as_measured, placed = placed, (network.slower(placed, scale) if scale else placed)
         ratio = by_itself.compute_s / beside.compute_s
-        machinery, machinery_at_run = setup_machinery(results, r, at_probe=False), setup_machinery(results, r)
+        machinery, machinery_at_run = machinery_pair(results, r)
         resolved, plan = mgwfbp_resolved(r), ""
         # the compute of one worker beside the others: the run's own probe where it has one (as
         # the run ran), else the profile measured beside W-1 others as the bench finished
         # the unit at the bench-end profile's compute beside the others: over the compute it
         # was calibrated against (its one-worker run's probe), else over the profile alone
-        unit_beside = unit_s * beside.compute_s / unit_compute_s[ukey] if ukey in probed_units else unit_s / ratio
+        unit_beside = unit_s * beside.compute_s / unit_probe_s[ukey] if ukey in unit_probe_s else unit_s / ratio
         calibrations = {"profile": (x1 * ratio, unit_beside, machinery, beside.iteration_s, 0.0),
                         "alone": (x1, unit_s, 0.0, by_itself.iteration_s, 0.0)}
         probe, lockstep = probe_compute_s(r), probe_lockstep_s(r)
         if probe:
             # the unit's machinery as the machine ran: what the compute took at its calibration
             # over what it took at the run
-            at_run = unit_compute_s.get(ukey, r["local_batch"] / x1) / probe
+            at_run = unit_probe_s.get(ukey, r["local_batch"] / x1) / probe
             # the W workers' compute as an iteration waits for it: the lock-step probe's slowest
             # worker's own step, begun as late as the last worker began, where it ran one; else
             # the free-running steps' spread (independent draws)
@@ -602,7 +610,7 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
         where_net = (f"{net} (bench's" + (f", x{scale:.2f} by the run's comm probe" if scale else "") + ")") \
             if here else net
         runs.append((r["method"], where_net, r["workers"], *pair[source], plan, label))
-        kept = kept_repeats(r)[0]  # the spread of what was measured, beside the error
+        # the spread of what was measured, beside the error
         others["repeats"][(r["method"], where_net, r["workers"])] = (min(kept), max(kept))
     return shared, alone, runs, units, others
 
@@ -819,8 +827,7 @@ def main(argv=None) -> int:
                                                       plan or "-"]
                     for results, bench in benches["per_bench"].items()
                     for m, net, w, p, x, plan, source in sorted(bench["runs"])]))
-    inside = [(results, sum(lo <= p <= hi for (lo, hi), p in
-                            ((bench["repeats"][(m, net, w)], p) for m, net, w, p, *_ in bench["runs"])),
+    inside = [(results, sum(within(p, bench["repeats"][(m, net, w)]) for m, net, w, p, *_ in bench["runs"]),
                len(bench["runs"])) for results, bench in benches["per_bench"].items()]
     print("(repeats: the lowest and highest samples/s of the run's repeats the validation kept, 'in' where the "
           "prediction falls between them: a miss there is within the run's own spread; "
@@ -922,10 +929,14 @@ def pooled(results: list[str], local_network: str | None) -> dict:
     return out
 
 
+def within(predicted: float, lo_hi: tuple[float, float]) -> bool:
+    """Whether `predicted` falls within a run's kept repeats' range of samples/s."""
+    return lo_hi[0] <= predicted <= lo_hi[1]
+
+
 def repeats_cell(predicted: float, lo_hi: tuple[float, float]) -> str:
     """A run's kept repeats' range of samples/s, marked 'in' where `predicted` falls within it."""
-    lo, hi = lo_hi
-    return f"{lo:.0f}-{hi:.0f}" + (" in" if lo <= predicted <= hi else "")
+    return f"{lo_hi[0]:.0f}-{lo_hi[1]:.0f}" + (" in" if within(predicted, lo_hi) else "")
 
 
 def per_bench_table(per_bench: dict) -> str:
