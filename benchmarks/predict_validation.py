@@ -737,6 +737,14 @@ def spread(results: str, again: str) -> dict:
 
 
 def main(argv=None) -> int:
+    try:
+        return _main(argv)
+    except hostcpu.MachineBusy as exc:  # a calibration it would have timed beside a run
+        print(f"predict_validation: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--results", nargs="+", default=["results"],
                     help="result directories of one bench each (several: their runs pooled, and a table per bench)")

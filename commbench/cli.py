@@ -483,7 +483,7 @@ def main(argv=None) -> int:
     try:
         # SIGTERM and SIGHUP (timeout, a CI cancel, scancel) end it as Ctrl-C does: the running
         # job's ranks are killed and the emulated hosts removed on the way out
-        with terminations(), _hosts(a) as cluster:
+        with terminations(), hostcpu.measuring(), _hosts(a) as cluster:
             new = _measure_all(a, spec, base, cluster)
     except BadInput as exc:
         print(f"commbench: error: {exc}", file=sys.stderr)

@@ -3,9 +3,13 @@ the emulated cluster) was bound by its CPU, and the predictor's calibration of w
 there (commbench's ps bursts, predict.network.HostCpu)."""
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
+import tempfile
 import time
+from contextlib import contextmanager
+from pathlib import Path
 
 
 def _cpu_ticks() -> list[int] | None:
@@ -207,3 +211,82 @@ def pin_rank(rank: int, ranks: int, environ=None) -> list[int] | None:
     cores = rank_cores(rank, threads, usable)
     os.sched_setaffinity(0, cores)
     return cores
+
+
+# -- one measurement at a time on this machine's cores ----------------------------------------
+# Anything else on the cores moves what a run or a calibration times. A validation run beside a
+# bench (be50, 2026-12-03, even at SCHED_IDLE: Gloo's loop threads run there too,
+# `settle_gloo_loops`) slowed the runs it overlapped by up to 36% and timed ByteScheduler's
+# machinery at 0.03 ms an iteration where the machine idle gave 6.9. Runs and make commbench
+# hold the machine's lock (`measuring_lock`) shared while they time (`measuring`); a calibration
+# that would time the cores refuses while anyone else holds it (`refuse_if_others_measuring`).
+MEASURING_ENV = "DDLBENCH_MEASURING"  # set inside a holder: its own processes are not others
+MEASURING_LOCK_ENV = "DDLBENCH_MEASURING_LOCK"  # another lock file (the test suite's workers: one each)
+
+
+def measuring_lock() -> Path:
+    """The machine's lock file: $DDLBENCH_MEASURING_LOCK, else ddlbench-measuring.lock in the
+    temporary directory."""
+    return Path(os.environ.get(MEASURING_LOCK_ENV) or Path(tempfile.gettempdir()) / "ddlbench-measuring.lock")
+
+
+class MachineBusy(RuntimeError):
+    """A measurement of this machine's cores refused: a run or make commbench times on them now."""
+
+
+def _lock_file(path: Path):
+    """The lock file opened (made readable and writable by everyone, so another user's run can
+    hold it too), or None where it cannot be (then nobody is told, nothing refused)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return None
+    return os.fdopen(fd, "rb")
+
+
+@contextmanager
+def measuring(path: Path | None = None):
+    """Held while a run or make commbench times on this machine's cores: a shared lock on
+    `path` (`measuring_lock`), so several may run at once, and MEASURING_ENV set for the processes
+    it starts."""
+    f = _lock_file(Path(path or measuring_lock()))
+    old = os.environ.get(MEASURING_ENV)
+    try:
+        if f is not None:
+            fcntl.flock(f, fcntl.LOCK_SH)
+        os.environ[MEASURING_ENV] = "1"
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(MEASURING_ENV, None)
+        else:
+            os.environ[MEASURING_ENV] = old
+        if f is not None:
+            f.close()  # and the lock with it
+
+
+def others_measuring(path: Path | None = None) -> bool:
+    """Whether a run or make commbench other than this process's own holds `measuring`."""
+    if os.environ.get(MEASURING_ENV):
+        return False
+    f = _lock_file(Path(path or measuring_lock()))
+    if f is None:
+        return False
+    with f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return False
+
+
+def refuse_if_others_measuring(what: str, path: Path | None = None) -> None:
+    """Raise MachineBusy where timing `what` now would run beside a run or make commbench."""
+    if others_measuring(path):
+        raise MachineBusy(f"a ddlbench run or make commbench is timing on this machine's cores now "
+                          f"({Path(path or measuring_lock())} is held): measuring {what} beside it would disturb "
+                          f"both; measure it once that has ended")

@@ -63,7 +63,8 @@ def run(cfg) -> dict:
         return slurm.submit(cfg, rec, run_dir, results)
     from . import local
 
-    with local.terminations():  # SIGTERM and SIGHUP end the run as Ctrl-C does
+    # SIGTERM and SIGHUP end the run as Ctrl-C does; no calibration times the cores meanwhile
+    with local.terminations(), hostcpu.measuring():
         _prepare(cfg, run_dir)
         if cfg.launcher.name == "emulated":  # hosts as namespaces, up for the run: see emulated.py
             from . import emulated

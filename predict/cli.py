@@ -22,6 +22,8 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ddlbench import hostcpu
+
 from . import network, profile, simulate
 
 DEFAULT_FILE = "predictions.jsonl"
@@ -430,7 +432,7 @@ def main(argv=None) -> int:
         device = measure_device(a.device or "auto") if a.profile_from == "measured" else "cpu"
         prof = load_profile(a.model, batch, a.one_worker, a.profile_from, device)
         preds, prof, cluster = predict(a.model, workers, net, methods, batch, a.one_worker, opts, prof=prof)
-    except ValueError as exc:
+    except (ValueError, hostcpu.MachineBusy) as exc:
         print(f"predict: error: {exc}", file=sys.stderr)
         return 2
     print(render(preds, a.model, prof.local_batch, cluster, prof))

@@ -374,6 +374,9 @@ def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, 
     cached = _read_cached(path) if cache else None
     if cached is not None:
         return cached
+    from ddlbench import hostcpu
+
+    hostcpu.refuse_if_others_measuring(f"{model}'s profile")
     tries = []
     with torch_threads(threads), _neighbours(model, local_batch, threads, sharers - 1) as check:  # once for every repeat
         for _ in range(repeats):
@@ -430,6 +433,9 @@ def measure_launch(model: str, local_batch: int, threads: int | None = None, rou
         if isinstance(kept, dict) and isinstance(kept.get("launch_s"), (int, float)) and kept["launch_s"] >= 0 \
                 and isinstance(kept.get("source"), str):
             return kept["launch_s"], kept["source"]
+    from ddlbench import hostcpu
+
+    hostcpu.refuse_if_others_measuring(f"an all-reduce's launch in {model}")
     spawn = mp.get_context("spawn")  # a process group of its own, whatever this process has
     got = spawn.SimpleQueue()
     proc = spawn.Process(target=_launch_rounds, args=(model, local_batch, threads, rounds, iters, got), daemon=True)
@@ -547,6 +553,9 @@ def measure_copy(device: str = "cpu", threads: int | None = None, repeats: int =
                 isinstance(kept["tensor_s"], (int, float)) and kept["tensor_s"] >= 0 and \
                 isinstance(kept["Bps"], (int, float)) and kept["Bps"] > 0:
             return kept["tensor_s"], kept["Bps"], kept["source"]
+    from ddlbench import hostcpu
+
+    hostcpu.refuse_if_others_measuring("a fused message's copies")
     times = []
     with torch_threads(threads):
         for k, n in COPY_LAYOUTS:
@@ -806,6 +815,7 @@ def machinery_s(model: str, local_batch: int, threads: int | None = None, sharer
     kept = _read_json(path) if cache else None
     if kept is not None:
         return kept
+    hostcpu.refuse_if_others_measuring(f"ByteScheduler's machinery in {model}")
     cpu = torch.device("cpu")
     queued = None
     mode = mp.get_context("spawn").Value("i", 0)

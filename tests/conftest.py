@@ -14,6 +14,8 @@ other GPU tests' launches would otherwise run kernels beside them (`gpu_turn`). 
 no longer reads.)"""
 import contextlib
 import fcntl
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,18 @@ try:
     from xdist.scheduler import LoadScopeScheduling
 except ImportError:  # without pytest-xdist the suite runs in one process
     LoadScopeScheduling = None
+
+# Each pytest process its own measuring lock (ddlbench.hostcpu.measuring): a run one xdist worker
+# launches must not refuse the calibration another times beside it (they share the machine by
+# design here), nor a bench on this machine the suite's.
+MEASURING_LOCK = Path(tempfile.gettempdir()) / f"ddlbench-measuring-tests-{os.getpid()}.lock"
+os.environ["DDLBENCH_MEASURING_LOCK"] = str(MEASURING_LOCK)
+
+
+def pytest_unconfigure(config):
+    with contextlib.suppress(OSError):
+        MEASURING_LOCK.unlink()
+
 
 SHARED_SCOPES = {"tests/emulated/": "emulated-cluster"}  # folders whose modules share a machine-wide resource
 # Folders whose tests share nothing (no module- or session-scoped fixtures): each test is its own
