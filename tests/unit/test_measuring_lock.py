@@ -96,3 +96,31 @@ def test_the_validation_says_so_in_one_line_and_exits_non_zero(holder, tmp_path,
     err = capsys.readouterr().err
     assert err.startswith("predict_validation: error: a ddlbench run or make commbench is timing on this machine's "
                           "cores now") and err.count("\n") == 1
+
+
+ASK = ("import os, sys; from pathlib import Path; from ddlbench import hostcpu\n"
+       "os.environ.pop(hostcpu.MEASURING_ENV, None)\n"
+       "print(hostcpu.others_measuring(Path(sys.argv[1])))\n")
+
+
+def test_a_local_run_holds_the_lock_while_it_launches(tmp_path, monkeypatch):
+    """launch.run holds the lock around its launches (here stood in for: nothing is started), so
+    another process asking sees it held; once the run returns, no longer. The launches' own
+    processes carry MEASURING_ENV and are not others."""
+    from ddlbench import config, launch
+
+    path = tmp_path / "measuring.lock"
+    monkeypatch.setenv(hostcpu.MEASURING_LOCK_ENV, str(path))
+    monkeypatch.delenv(hostcpu.MEASURING_ENV, raising=False)
+    seen = {}
+
+    def launches(cfg, rec, run_dir, results_dir, start):
+        seen["env"] = os.environ.get(hostcpu.MEASURING_ENV)
+        seen["held"] = subprocess.run([sys.executable, "-c", ASK, str(path)], capture_output=True, text=True,
+                                      timeout=60).stdout.strip()
+        rec["status"] = "ok"
+    monkeypatch.setattr(launch, "launch_and_record", launches)
+    cfg = config.resolve(config._compose(["model=tiny-resnet", "workers=2", f"results_dir={tmp_path / 'results'}"]))
+    launch.run(cfg)
+    assert seen == {"env": "1", "held": "True"}
+    assert not hostcpu.others_measuring(path) and hostcpu.MEASURING_ENV not in os.environ
