@@ -286,7 +286,8 @@ def others_measuring(path: Path | None = None) -> bool:
 
 def refuse_if_others_measuring(what: str, path: Path | None = None) -> None:
     """Raise MachineBusy where timing `what` now would run beside a run or make commbench."""
+    path = Path(path or measuring_lock())
     if others_measuring(path):
         raise MachineBusy(f"a ddlbench run or make commbench is timing on this machine's cores now "
-                          f"({Path(path or measuring_lock())} is held): measuring {what} beside it would disturb "
+                          f"({path} is held): measuring {what} beside it would disturb "
                           f"both; measure it once that has ended")

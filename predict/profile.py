@@ -39,6 +39,8 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from ddlbench import hostcpu
+
 GPU_PEAK_FLOPS = 13.45e12   # RTX 2080 Ti fp32, boost (NVIDIA specification)
 GPU_MEM_BPS = 616e9         # RTX 2080 Ti GDDR6 (NVIDIA specification)
 SGD_BYTES_PER_ELEMENT = 20  # momentum SGD: read param, grad, buffer; write param, buffer (fp32)
@@ -374,8 +376,6 @@ def measured(model: str, local_batch: int, device: str = "cpu", iters: int = 5, 
     cached = _read_cached(path) if cache else None
     if cached is not None:
         return cached
-    from ddlbench import hostcpu
-
     hostcpu.refuse_if_others_measuring(f"{model}'s profile")
     tries = []
     with torch_threads(threads), _neighbours(model, local_batch, threads, sharers - 1) as check:  # once for every repeat
@@ -433,8 +433,6 @@ def measure_launch(model: str, local_batch: int, threads: int | None = None, rou
         if isinstance(kept, dict) and isinstance(kept.get("launch_s"), (int, float)) and kept["launch_s"] >= 0 \
                 and isinstance(kept.get("source"), str):
             return kept["launch_s"], kept["source"]
-    from ddlbench import hostcpu
-
     hostcpu.refuse_if_others_measuring(f"an all-reduce's launch in {model}")
     spawn = mp.get_context("spawn")  # a process group of its own, whatever this process has
     got = spawn.SimpleQueue()
@@ -553,8 +551,6 @@ def measure_copy(device: str = "cpu", threads: int | None = None, repeats: int =
                 isinstance(kept["tensor_s"], (int, float)) and kept["tensor_s"] >= 0 and \
                 isinstance(kept["Bps"], (int, float)) and kept["Bps"] > 0:
             return kept["tensor_s"], kept["Bps"], kept["source"]
-    from ddlbench import hostcpu
-
     hostcpu.refuse_if_others_measuring("a fused message's copies")
     times = []
     with torch_threads(threads):
@@ -806,7 +802,7 @@ def machinery_s(model: str, local_batch: int, threads: int | None = None, sharer
 
     import torch
 
-    from ddlbench import hostcpu, metrics
+    from ddlbench import metrics
 
     if sharers < 1 or rounds < 1 or iters < 1:
         raise ValueError(f"sharers={sharers!r}, rounds={rounds!r}, iters={iters!r} are invalid; accepted: each >= 1")

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from ddlbench import hostcpu
+
 try:
     from xdist.scheduler import LoadScopeScheduling
 except ImportError:  # without pytest-xdist the suite runs in one process
@@ -29,7 +31,7 @@ except ImportError:  # without pytest-xdist the suite runs in one process
 # launches must not refuse the calibration another times beside it (they share the machine by
 # design here), nor a bench on this machine the suite's.
 MEASURING_LOCK = Path(tempfile.gettempdir()) / f"ddlbench-measuring-tests-{os.getpid()}.lock"
-os.environ["DDLBENCH_MEASURING_LOCK"] = str(MEASURING_LOCK)
+os.environ[hostcpu.MEASURING_LOCK_ENV] = str(MEASURING_LOCK)
 
 
 def pytest_unconfigure(config):
