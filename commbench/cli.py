@@ -77,8 +77,10 @@ def parse(argv) -> argparse.Namespace:
     ap.add_argument("--fusion-iters", type=int, default=10)
     ap.add_argument("--fusion-pace-ms", type=float, default=FUSION_PACE_S * 1e3,
                     help=f"fusion mode: also launch the per-tensor all-reduces one every this many ms "
-                         f"(per_tensor_paced), as WFBP does during backward; the predictor's lane speed comes "
-                         f"from these rounds (default {FUSION_PACE_S * 1e3:g}; 0: no paced round)")
+                         f"(per_tensor_paced), as WFBP does during backward, and so again with every rank "
+                         f"computing between launches (per_tensor_computing); the predictor's lane speed comes "
+                         f"from the first, what all-reduces get beside compute from the second "
+                         f"(default {FUSION_PACE_S * 1e3:g}; 0: neither round)")
     ap.add_argument("--after-compute-ms", type=float, default=AFTER_COMPUTE_S * 1e3,
                     help=f"fusion mode: also time the fused all-reduce right after every rank computed this "
                          f"many ms (fused_after_compute), as BSP sends after backward; the predictor charges "

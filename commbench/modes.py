@@ -10,7 +10,11 @@ all-reduced three ways: one call per tensor (all launched, then all waited), fus
 flat buffer (copies in and out included), DDP-style 25 MiB buckets, and the per-tensor calls
 launched one every --fusion-pace-ms (`per_tensor_paced`, `pace_s`, FUSION_PACE_S; the worker
 sleeps between launches, so the cores are the collectives'), as WFBP launches them while
-backward computes, where the first way launches them at once. The per-tensor calls also go
+backward computes, where the first way launches them at once; and paced again with every rank
+computing between its launches (`per_tensor_computing`: `compute_for` in slices, the compute
+ending with the last launch, the round timed from the compute's start to the last all-reduce's
+end), as WFBP's launches leave while backward holds the cores: how far all-reduces get while
+every rank computes (network.Cluster.starved_share). The per-tensor calls also go
 a fifth way (`per_tensor_ordered`, `order`): rank 0 chooses each in turn and sends the choice
 to the others over a Gloo group of its own, as ByteScheduler's leader does
 (methods.bytescheduler), each rank launching it once told; its time per message is what each
@@ -148,21 +152,29 @@ AFTER_COMPUTE_S = 5e-3
 AFTER_COMPUTE_ROUNDS = 4  # times fusion's rounds
 _COMPUTE_BYTES = 16 << 20  # each of two buffers: beyond a CPU's last-level cache share per core
 _compute_buffers: dict = {}
+_compute_at: dict = {}  # device -> where the next slice of `compute_for(fine=True)` starts
+COMPUTE_SLICE_BYTES = 256 << 10
 
 
-def compute_for(seconds: float, device) -> None:
+def compute_for(seconds: float, device, fine: bool = False) -> None:
     """Compute on `device` (this rank's cores or its GPU) for `seconds` of wall time as training
     does between two rounds of communication: copies through buffers larger than the caches,
-    each followed by a 128 x 128 matrix product."""
+    each followed by a 128 x 128 matrix product. `fine`: in slices of COMPUTE_SLICE_BYTES, each
+    next one further through the buffers, so that it ends within a slice's time (about 0.1 ms on
+    a CPU core, where a whole copy takes 2-6) of `seconds`."""
     key = str(device)
     if key not in _compute_buffers:  # made once: a fresh 16 MB would fault its pages in every round
         _compute_buffers[key] = (torch.empty(_COMPUTE_BYTES // 4, device=device),
                                  torch.ones(_COMPUTE_BYTES // 4, device=device), torch.randn(128, 128, device=device))
     dst, src, a = _compute_buffers[key]
     end = time.perf_counter() + seconds
+    step = COMPUTE_SLICE_BYTES // 4 if fine else dst.numel()
     while time.perf_counter() < end:
-        dst.copy_(src)
-        a @ a
+        at = _compute_at.get(key, 0)
+        dst[at:at + step].copy_(src[at:at + step])
+        _compute_at[key] = (at + step) % dst.numel()
+        if not fine or _compute_at[key] == 0:
+            a @ a
         if a.device.type == "cuda":
             torch.cuda.synchronize(a.device)
 
@@ -195,6 +207,8 @@ def fusion(be, spec, emit) -> None:
         pace_s = float(spec.get("fusion_pace_s") or 0.0)
         if pace_s:  # as WFBP launches them while backward computes: one every pace_s
             strategies["per_tensor_paced"] = per_tensor
+            if be.n > 1:  # and again with every rank computing between its launches, as backward does
+                strategies["per_tensor_computing"] = per_tensor
         if control is not None:  # as ByteScheduler's leader orders them: a choice a message
             strategies["per_tensor_ordered"] = per_tensor
         after_s = float(spec.get("after_compute_s") or 0.0)
@@ -202,7 +216,8 @@ def fusion(be, spec, emit) -> None:
             strategies["fused_after_compute"] = strategies["fused"]
         for name, groups_ in strategies.items():
             buffers = [torch.empty(sum(numels[i] for i in g), device=be.device) if len(g) > 1 else None for g in groups_]
-            pace = pace_s if name == "per_tensor_paced" else 0.0
+            pace = pace_s if name in ("per_tensor_paced", "per_tensor_computing") else 0.0
+            computing = name == "per_tensor_computing"
             ordered = name == "per_tensor_ordered"
             compute_s = after_s if name == "fused_after_compute" else 0.0
 
@@ -216,7 +231,9 @@ def fusion(be, spec, emit) -> None:
                 start = time.perf_counter()
                 choice = torch.zeros(MAX_CHOICES + 1, dtype=torch.int64) if ordered else None
                 for k, (g, buf) in enumerate(zip(groups_, buffers)):
-                    if pace:
+                    if computing:  # this rank's cores busy with compute till the next launch
+                        compute_for(start + (k + 1) * pace - time.perf_counter(), be.device, fine=True)
+                    elif pace:
                         pace_to(start, k, pace)
                     if ordered:  # rank 0 chooses, each other rank launches what it was told
                         g = [order_choice(control, be.rank, be.n, choice, k)]
@@ -253,7 +270,7 @@ def fusion(be, spec, emit) -> None:
             # the round computes, whose CPU is the compute's)
             cpu = {"cpu_busy_s": (busy1 - busy0) / (iters * be.n),
                    "cpu_window_s": time.perf_counter() - window0, "cores": hostcpu.cores()} \
-                if busy0 is not None and busy1 is not None and iters and not compute_s else {}
+                if busy0 is not None and busy1 is not None and iters and not (compute_s or computing) else {}
             times = last_arrival(be, times) if compute_s else be.slowest(times)
             # then one checked round: rank r gives r + 1 everywhere, so every element must sum to n(n+1)/2
             for grad in grads:

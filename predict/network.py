@@ -185,6 +185,11 @@ class Cluster:
                                      # of them at that many ranks in this config's own placement
                                      # (`lane_speed_by_ranks` under `inter: allreduce:`); else they
                                      # run one at a time
+    starved_share: dict = field(default_factory=dict)  # ranks -> the share of a core those lanes' core-
+                                     # bound part gets while every rank computes, where make commbench
+                                     # timed its round beside compute at that many ranks in this
+                                     # config's own placement (`data_lanes`: computing_measured_s,
+                                     # `starved_shares`); else `simulate.Lanes`' rule without one
     order_s: dict = field(default_factory=dict)  # ranks -> seconds per message of this runtime's
                                      # ByteScheduler leader (its order protocol), where make commbench
                                      # timed its ordered round at that many ranks in this config's own
@@ -221,15 +226,15 @@ class Cluster:
         return [a + (b - a) * w for a, b in zip(gaps[k - 1], gaps[k])]
 
     def measured_here(self, same_placement: bool) -> dict:
-        """What was measured in this config's own placement (`measured`, `lane_speed`, `order_s`,
+        """What was measured in this config's own placement (`measured`, `lane_speed`, `starved_share`, `order_s`,
         `after_compute_s`, `ps_after_compute_s`, `ps_landing`), as fields for `replace`: kept for a cluster in the
         same placement, dropped for any other."""
         if same_placement:
-            return {"measured": self.measured, "lane_speed": self.lane_speed, "order_s": self.order_s,
-                    "after_compute_s": self.after_compute_s, "ps_after_compute_s": self.ps_after_compute_s,
-                    "ps_landing": self.ps_landing}
-        return {"measured": {}, "lane_speed": {}, "order_s": {}, "after_compute_s": {}, "ps_after_compute_s": {},
-                "ps_landing": {}}
+            return {"measured": self.measured, "lane_speed": self.lane_speed, "starved_share": self.starved_share,
+                    "order_s": self.order_s, "after_compute_s": self.after_compute_s,
+                    "ps_after_compute_s": self.ps_after_compute_s, "ps_landing": self.ps_landing}
+        return {"measured": {}, "lane_speed": {}, "starved_share": {}, "order_s": {}, "after_compute_s": {},
+                "ps_after_compute_s": {}, "ps_landing": {}}
 
     def nodes(self, workers: int) -> tuple[int, int]:
         """(machines m, GPUs per machine g) for `workers` workers, filling nodes g at a time."""
@@ -664,6 +669,15 @@ def load(name: str, directory: Path | None = None) -> Cluster:
                             "that tells no speed here gives way to its burst, burst_measured_s), each all-reduce "
                             "timed alone as this network times it (the tc rate's wire above; at 3 or more ranks "
                             "wire_by_ranks), not by the fit (simulate.lane_speed)")
+    if inter is not None and spec.get("data_lanes") and cluster.lane_speed:
+        cluster.starved_share.update(starved_shares(cluster, spec["data_lanes"]))
+        if cluster.starved_share:
+            sources["starved_share"] = (
+                "make commbench's rounds of per-tensor all-reduces beside compute (data_lanes: "
+                "computing_measured_s; every rank computing, one launch every computing_pace_s): the share of a "
+                "core their core-bound part gets meanwhile (simulate.starved_share), each all-reduce timed alone "
+                "as this network times it, on the lanes above: "
+                + "; ".join(f"{w} workers {v:.2f}" for w, v in sorted(cluster.starved_share.items())))
     if inter is not None and spec.get("data_order"):
         cluster.order_s.update(ordered_choices(cluster, spec["data_order"], rate_bps is not None))
     if inter is not None and spec.get("data_after_compute"):
@@ -711,6 +725,46 @@ def emulated_lanes(cluster: "Cluster", data: dict) -> dict:
             speeds.append(lane_speed(alone, measured_s, GLOO_THREADS, cluster.inter, link_bytes, pace_s))
         if speeds:
             out[int(ranks)] = statistics.median(speeds)
+    return out
+
+
+def starved_shares(cluster: "Cluster", data: dict) -> dict:
+    """{ranks: share} from make commbench's rounds beside compute (`data_lanes`: each model's
+    `computing_measured_s`, its per-tensor all-reduces launched one every `computing_pace_s`
+    while every rank computes, the compute ending with the last launch), where this cluster has
+    that rank count's lane speed: the share of a core their core-bound part gets meanwhile
+    (`simulate.starved_share`), each all-reduce timed alone as the simulator times it here
+    (`Cluster.allreduce_s`; on shaped links its wire needs no core, `simulate.ring_link`), the
+    median over models. On this machine's 2 cores, tiny-resnet, 11.6 ms of compute: 2 ranks
+    over emulated 100 Mbit/s links took 30.5 ms where the burst alone took 29.0 (the wire's
+    all-reduces ran on beside compute); at 1 Gbit/s 16.2 against 4.7, on loopback 15.3 against
+    3.8, and 4 ranks on either 62.1 and 40.1 against 49.3 and 27.9 (none ran till it ended)."""
+    from ddlbench.predict.simulate import ring_link, ring_link_bytes, starved_share  # simulate imports this
+
+    out = {}
+    for ranks, models in (data or {}).items():
+        ranks = int(ranks)
+        speed = cluster.lane_speed.get(ranks)
+        if not speed:
+            continue
+        shares = []
+        for model, d in (models or {}).items():
+            measured_s, pace_s = d.get("computing_measured_s"), d.get("computing_pace_s")
+            if measured_s is None:
+                continue
+            if not (float(measured_s) > 0 and pace_s is not None and float(pace_s) > 0):
+                raise ValueError(f"network {cluster.name!r}: data_lanes {ranks} {model}: computing_measured_s "
+                                 f"{measured_s!r}, computing_pace_s {pace_s!r} are invalid; accepted: both > 0 seconds")
+            numels = _gradient_numels(model)
+            alone = [cluster.allreduce_s(4 * n, ranks, "ring") for n in numels]  # fp32
+            link_bytes = [ring_link_bytes(4 * n, ranks) for n in numels]
+            wire = ring_link(cluster, ranks, "ring")
+            starved = [max(0.0, a - (b * wire.beta_s_per_byte if wire is not None else 0.0))
+                       for a, b in zip(alone, link_bytes)]
+            shares.append(starved_share(alone, starved, float(measured_s), GLOO_THREADS, speed, float(pace_s),
+                                        wire, link_bytes))
+        if shares:
+            out[ranks] = statistics.median(shares)
     return out
 
 
@@ -1116,7 +1170,8 @@ def _lane_speeds(rows: list[dict], backend: str, two: tuple[float, float], by_ra
     from ddlbench.predict.simulate import burst_s, lane_speed, paced_round_tells  # simulate imports this
 
     fits = {2: two, **{w: (fa, fb) for w, (_, _, fa, fb) in by_ranks.items()}}
-    rounds = [r for r in rows if r.get("mode") == "fusion" and r.get("strategy") in ("per_tensor", "per_tensor_paced")
+    rounds = [r for r in rows if r.get("mode") == "fusion"
+              and r.get("strategy") in ("per_tensor", "per_tensor_paced", "per_tensor_computing")
               and r.get("dtype") == "fp32" and r.get("backend") == backend and r.get("workers") in fits
               and r.get("time_us") and not r.get("wrong") and "error" not in r]
     out = {}
@@ -1150,6 +1205,14 @@ def _lane_speeds(rows: list[dict], backend: str, two: tuple[float, float], by_ra
                            key=lambda fm: fm[0] / fm[1])
                 if over[0] > UNMATCHED_ROUND * over[1]:
                     per_model[model]["unmatched"] = {"full_speed_s": over[0], "measured_s": over[1]}
+                # the same launches paced beside every rank's compute: what the lanes get meanwhile
+                # (`starved_shares`, at load, on this network's own times)
+                computing = [r for r in mine if r["strategy"] == "per_tensor_computing" and r["model"] == model
+                             and r.get("pace_s")]
+                if computing:
+                    per_model[model]["computing_measured_s"] = statistics.median(
+                        float(r["time_us"]) * 1e-6 for r in computing)
+                    per_model[model]["computing_pace_s"] = float(statistics.median(float(r["pace_s"]) for r in computing))
                 break
         out[w] = (statistics.median(m["speed"] for m in per_model.values()), per_model)
     return out

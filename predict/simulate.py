@@ -102,7 +102,11 @@ but for PS on the emulated cluster's links, below):
   share of its time till backward ends (none on a loopback; `Lanes.starve`), and no further than
   the first of its ring's 2 (W - 1) steps: Gloo's worker thread sends it, the kernels carry it,
   and each step after waits for the receiving loop thread, under SCHED_IDLE, to find a core idle
-  (`ring_steps`); it takes no cores from backward;
+  (`ring_steps`); it takes no cores from backward. Where make commbench timed its per-tensor
+  round beside compute at the run's worker count (`Cluster.starved_share`), what it measured
+  replaces that rule: the wire runs on, the part that needs a core gets that share of one,
+  through every step (2 ranks over emulated 100 Mbit/s links here: about a fifth; at 1 Gbit/s,
+  on a loopback and at 4 ranks on 2 cores: none);
   ByteScheduler's, which overlap the next forward, till a forward's length after it (its
   pieces hold the cores as backward does: as if it computed first, then the messages ran);
 - where those all-reduces starve, an eager method's iteration takes at least its compute plus
@@ -476,7 +480,9 @@ def starves(cluster: Cluster, workers: int, algorithm: str, queue: bool = False)
     dispatcher and completion threads take the GIL from the compute's hooks and leave the
     cores idle in between, where the loop threads run (at 2 workers on 2 cores its runs came
     out 7-38% slower than predicted when starved, 1-18% faster when not: the model keeps the
-    second; inferred from three benches, not traced)."""
+    second; inferred from three benches, not traced). How far an all-reduce gets meanwhile is
+    `Lanes`' rule, or what make commbench's round beside compute measured
+    (`Cluster.starved_share`)."""
     if cluster.host_cpu is None or measured_lane_speed(cluster, workers, algorithm) is None:
         return False
     cores = cluster.host_cpu.cores
@@ -494,15 +500,21 @@ def ring_link_bytes(nbytes: float, workers: int) -> float:
     return 2 * (workers - 1) / workers * nbytes
 
 
+def ring_link(cluster: Cluster, workers: int, algorithm: str) -> Link | None:
+    """The shaped link (a token bucket's) that a ring across machines meets, or None: the
+    emulated cluster's hosts; `ring_bucket`."""
+    m, _ = cluster.nodes(workers)
+    return cluster.inter if m > 1 and algorithm == "ring" and cluster.inter.burst_bytes > 0 else None
+
+
 def ring_bucket(cluster: Cluster, workers: int, algorithm: str, buckets: dict | None = None) -> Bucket | None:
     """The token bucket an all-reduce stream sees, or None: a ring across machines (the emulated
     cluster's hosts) sends `ring_link_bytes` of each all-reduce through every link direction
     between them, each behind its own bucket, alike: one stands for all. With several workers a
     machine the ring still leaves each machine once each way (ranks fill machines in order), so
     each link direction carries one chunk a step, as with one. `buckets`: `kept_bucket`'s."""
-    m, _ = cluster.nodes(workers)
-    ring = m > 1 and algorithm == "ring" and cluster.inter.burst_bytes > 0
-    return kept_bucket(buckets, "ring", cluster.inter) if ring else None
+    link = ring_link(cluster, workers, algorithm)
+    return kept_bucket(buckets, "ring", link) if link is not None else None
 
 
 def kept_bucket(buckets: dict | None, key, link: Link) -> Bucket:
@@ -531,10 +543,15 @@ class Lanes:
     Until `starve`'s time (the workers' compute holding every core), a job progresses
     only at the share of its time that is not its `starved_s` (what needs a core: all of it on
     one machine's loopback, all but the wire's time on the emulated cluster's shaped links), and
-    only through the first of its `steps` (`submit`)."""
+    only through the first of its `steps` (`submit`). Where make commbench measured what
+    all-reduces get while every rank computes (`starved_share`, `Cluster.starved_share`: the
+    share of a core the part that needs one gets), a job's wire runs meanwhile and its
+    `starved_s` takes 1 / that share as long, through all of its steps (0: none progresses but
+    on the wire alone)."""
 
-    def __init__(self, sim: Sim, lanes: int, shared_speed: float):
+    def __init__(self, sim: Sim, lanes: int, shared_speed: float, starved_share: float | None = None):
         self.sim, self.lanes, self.shared_speed = sim, lanes, shared_speed
+        self.starved_share = starved_share
         self.fifo: deque = deque()
         self.running: dict[int, list] = {}  # job id -> [remaining seconds alone, on_done, speed while starved]
         self.seq = self.version = 0
@@ -587,7 +604,7 @@ class Lanes:
             if on_start is not None:
                 on_start(self.sim.now)
             # [time left alone, on_done, speed while starved, what it may still do while starved]
-            self.running[self.seq] = [dur, on_done, max(0.0, dur - starved_s) / dur if dur > 0 else 1.0, dur / steps]
+            self.running[self.seq] = [dur, on_done, *starved_pace(dur, starved_s, steps, self.starved_share)]
 
     def _left_s(self) -> dict[int, float]:
         """Each running job's time to its end at the present pace (inf: none while starved)."""
@@ -622,6 +639,69 @@ class Lanes:
         for on_done in callbacks:
             if on_done is not None:
                 on_done()
+
+
+def starved_pace(dur_s: float, starved_s: float, steps: int, share: float | None) -> tuple[float, float]:
+    """(speed while starved, what it may do while starved) of a `Lanes` job of `dur_s` alone, of
+    which `starved_s` needs a core: without a measured `share`, its wire's share of its time,
+    through its first of `steps`; with one, its whole time over its wire's plus `starved_s` /
+    `share`, through all of it (none where `share` is 0 and any of it needs a core)."""
+    if dur_s <= 0:
+        return 1.0, dur_s
+    starved_s = min(max(0.0, starved_s), dur_s)
+    wire_s = dur_s - starved_s
+    if share is None:
+        return wire_s / dur_s, dur_s / steps
+    if starved_s <= STARVED_EPS_S:
+        return 1.0, math.inf
+    if share <= 0:
+        return 0.0, 0.0
+    return dur_s / (wire_s + starved_s / share), math.inf
+
+
+def computing_round_s(durations_s: list[float], starved_s: list[float], lanes: int, shared_speed: float,
+                      share: float | None, pace_s: float, bucket: "Link | None" = None,
+                      link_bytes: list[float] | None = None) -> float:
+    """make commbench's round beside compute (`per_tensor_computing`): every rank computes, the
+    k-th of the collectives `durations_s` (each one's time alone, `starved_s` of it needing a
+    core) launched at (k + 1) x `pace_s`, the compute ending with the last launch; `Lanes` at
+    `shared_speed`, starved till then at `share` (`starved_pace`), behind a full `bucket` where
+    given: when the last collective ends."""
+    sim = Sim()
+    lanes_ = Lanes(sim, lanes, shared_speed, share)
+    tokens = Bucket(bucket) if bucket is not None and bucket.burst_bytes else None
+    lanes_.starve(len(durations_s) * pace_s)
+    for i, (d, c) in enumerate(zip(durations_s, starved_s)):
+        sim.at((i + 1) * pace_s, lanes_.submit, timed(tokens, link_bytes[i] if tokens else 0, d), None, None, c)
+    sim.run()
+    return sim.now
+
+
+STARVED_SHARE_GRID = 20  # `starved_share`'s scan: shares 0, 1/20, ..., 1 before it bisects
+
+
+def starved_share(durations_s: list[float], starved_s: list[float], measured_s: float, lanes: int,
+                  shared_speed: float, pace_s: float, bucket: "Link | None" = None,
+                  link_bytes: list[float] | None = None) -> float:
+    """The share of a core the all-reduces' core-bound part gets while every rank computes
+    (`starved_pace`), at which `computing_round_s` takes `measured_s`: the least share whose
+    round takes no longer, found on a grid of STARVED_SHARE_GRID steps, then by bisection within
+    its step (the round need not shorten as the share grows: behind a token bucket, lanes that
+    starve run one at a time more, which two lanes sharing below half speed make the faster); 0
+    where even none gives no longer a round, 1 where even a whole core gives a longer one."""
+    def took(share: float) -> float:
+        return computing_round_s(durations_s, starved_s, lanes, shared_speed, share, pace_s, bucket, link_bytes)
+    if took(0.0) <= measured_s:
+        return 0.0
+    grid = [k / STARVED_SHARE_GRID for k in range(1, STARVED_SHARE_GRID + 1)]
+    hi = next((g for g in grid if took(g) <= measured_s), None)
+    if hi is None:
+        return 1.0
+    lo = hi - 1 / STARVED_SHARE_GRID
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if took(mid) <= measured_s else (mid, hi)
+    return (lo + hi) / 2
 
 
 def ring_steps(ranks: int) -> int:
@@ -741,7 +821,7 @@ class AllReduceComm:
     def __init__(self, sim: Sim, cluster: Cluster, workers: int, algorithm: str, buckets: dict | None = None):
         self.sim, self.cluster, self.workers, self.algorithm = sim, cluster, workers, algorithm
         speed = measured_lane_speed(cluster, workers, algorithm)
-        self.lanes = Lanes(sim, GLOO_THREADS, speed) if speed else None
+        self.lanes = Lanes(sim, GLOO_THREADS, speed, cluster.starved_share.get(workers)) if speed else None
         self.bucket = ring_bucket(cluster, workers, algorithm, buckets)  # each collective meets it as it starts
         self.stream = None if self.lanes else Station(sim, bucket=self.bucket)
         # a collective submitted after the stream idled AFTER_COMPUTE_IDLE_S (the ranks computed)
@@ -752,7 +832,7 @@ class AllReduceComm:
     def starve(self, until: float) -> None:
         """The workers compute on every core until `until` (`starves`): till then an
         all-reduce progresses only as fast as its wire's share of its time lets it, through its
-        ring's first step (`Lanes`)."""
+        ring's first step, or as make commbench's round beside compute found (`Lanes`)."""
         self.lanes.starve(until)
 
     def send(self, nbytes: int, extra_s: float, on_done, on_start=None) -> None:

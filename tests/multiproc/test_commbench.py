@@ -104,7 +104,7 @@ def test_the_seeds_experiments_groups_and_fusion(tmp_path):
     assert groups == [(1, 2), (2, 4)]  # seed 002: 1 and 2 pairs, each its own group
     fusion = {(r["strategy"], r["workers"]): r for r in rows if r["mode"] == "fusion"}
     assert {s for s, _ in fusion} == {"per_tensor", "fused", "buckets_25MiB", "per_tensor_paced", "per_tensor_ordered",
-                                      "fused_after_compute"}
+                                      "per_tensor_computing", "fused_after_compute"}
     # after 40 ms of compute on every rank, the one fused all-reduce alone, the last rank's time, no
     # CPU of its own counted. 40 ms, not the default 5: 2 ranks' fused all-reduce takes 1-6 ms here
     # (6.2 ms on a loaded CI box once), so only a time that counted the compute reaches 40 ms
@@ -113,7 +113,12 @@ def test_the_seeds_experiments_groups_and_fusion(tmp_path):
                "cpu_busy_s" not in r for r in after)
     assert after[0]["time_us_p50"] < after_ms * 1e3
     assert "after_compute_s" not in fusion[("fused", 2)]
-    fusion = {k: r for k, r in fusion.items() if k[0] != "fused_after_compute"}
+    # paced beside every rank's compute: the 29th launch 29 x 2 ms after the compute began, the
+    # compute's CPU not counted as the messages'
+    computing = [fusion[("per_tensor_computing", w)] for w in (2, 4)]
+    assert all(r["pace_s"] == 0.002 and r["messages"] == 29 and r["time_us_min"] >= 29 * 2e3 and
+               "cpu_busy_s" not in r for r in computing)
+    fusion = {k: r for k, r in fusion.items() if k[0] not in ("fused_after_compute", "per_tensor_computing")}
     # ordered as ByteScheduler's leader orders: every rank launched all 29, in rank 0's order (else
     # the checked round would sum mismatched tensors, or hang)
     assert all(fusion[("per_tensor_ordered", w)]["order"] == "leader" and

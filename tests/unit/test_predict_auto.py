@@ -611,6 +611,45 @@ def test_commbench_fusion_burst_gives_the_lane_speed_that_local_gloo_runs_use(tm
         network.load("bad", tmp_path)
 
 
+def test_commbench_round_beside_compute_gives_what_starved_all_reduces_get(tmp_path):
+    """commbench's per-tensor round paced beside every rank's compute (`per_tensor_computing`)
+    is kept as measured (`data_lanes`: computing_measured_s, computing_pace_s); loading the
+    config finds the share of a core the all-reduces get meanwhile (`Cluster.starved_share`) at
+    which the simulator's round, on the lanes the burst gave, takes that time: each all-reduce's
+    time alone by the fit, all of it needing a core on one machine."""
+    from ddlbench.commbench.modes import gradient_numels
+
+    a, b, pace = 1e-4, 2e-9, 4e-4
+    alone = [a + b * 4 * n for n in gradient_numels("tiny-resnet")]
+    burst = {"mode": "fusion", "model": "tiny-resnet", "strategy": "per_tensor", "collective": "all_reduce",
+             "dtype": "fp32", "device": "cpu", "workers": 2, "backend": "gloo", "time_us": simulate.burst_s(alone, 2, 0.7) * 1e6,
+             "wrong": 0}
+    none_s = simulate.computing_round_s(alone, alone, 2, 0.7, 0.0, pace)
+    whole_s = simulate.computing_round_s(alone, alone, 2, 0.7, 1.0, pace)
+    assert whole_s < none_s
+    computing = {**burst, "strategy": "per_tensor_computing", "pace_s": pace, "time_us": (none_s + whole_s) / 2 * 1e6}
+    spec = network.commbench_network(commbench_rows(a, b) + [burst, computing], "local-box", "test data")
+    kept = spec["data_lanes"][2]["tiny-resnet"]
+    assert kept["computing_measured_s"] == pytest.approx((none_s + whole_s) / 2) and kept["computing_pace_s"] == pace
+    assert spec["inter"]["allreduce"]["lane_speed_by_ranks"] == {2: pytest.approx(0.7)}  # the burst's, as before
+    network.write_config(spec, tmp_path)
+    c = network.load("local-box", tmp_path)
+    share = c.starved_share[2]
+    assert 0 < share < 1 and "2 workers" in c.sources["starved_share"]
+    assert share == pytest.approx(simulate.starved_share(alone, alone, (none_s + whole_s) / 2, 2, c.lane_speed[2], pace))
+    assert simulate.computing_round_s(alone, alone, 2, c.lane_speed[2], share, pace) == \
+        pytest.approx((none_s + whole_s) / 2, rel=1e-6)
+    assert network.on_one_machine(c, 2).starved_share == c.starved_share
+    # none measured: no share, and `simulate.Lanes` keeps its rule
+    network.write_config(network.commbench_network(commbench_rows(a, b) + [burst], "plain", "test data"), tmp_path)
+    assert network.load("plain", tmp_path).starved_share == {}
+    bad = yaml.safe_load((tmp_path / "local-box.yaml").read_text())
+    bad["data_lanes"][2]["tiny-resnet"]["computing_measured_s"] = 0
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
+    with pytest.raises(ValueError, match="computing_measured_s 0, computing_pace_s 0.0004 are invalid"):
+        network.load("bad", tmp_path)
+
+
 def test_a_burst_shorter_than_its_fit_allows_warns_that_the_sweep_ran_slow(tmp_path, capsys):
     """A burst of per-tensor all-reduces that took less than the size sweep's fit gives them even
     fully overlapped (both lanes at full speed, more than UNMATCHED_ROUND x) tells no lane speed:

@@ -8,6 +8,7 @@ all-reduce of 40,000 B take 1 s, 80,000 B 1.5 s, 120,000 B 2 s (2 (alpha + n/2 b
 Horovod's cycle (5 ms); `period` sets it to 0 (each request goes at once) unless a test says, so
 the timelines are the schedules' own; the cycle has tests of its own.
 """
+import math
 import re
 from dataclasses import replace
 
@@ -922,6 +923,25 @@ def test_a_starved_ring_goes_no_further_than_its_step_in_flight_by_hand():
     assert ends == pytest.approx({"a": 8.0, "b": 9.5})
 
 
+def test_a_measured_starved_share_replaces_the_wire_rule_by_hand():
+    """Where make commbench timed its round beside compute (`Cluster.starved_share`), a starved
+    job's wire runs on and the part that needs a core gets that share of one, through every ring
+    step (`simulate.starved_pace`); without one, the wire's share through the first step."""
+    assert simulate.starved_pace(1.0, 0.5, 2, None) == pytest.approx((0.5, 0.5))
+    assert simulate.starved_pace(1.0, 0.5, 2, 0.5) == pytest.approx((1 / (0.5 + 0.5 / 0.5), math.inf))
+    assert simulate.starved_pace(1.0, 0.5, 2, 0.0) == (0.0, 0.0)  # none: stalled at its first core-bound part
+    assert simulate.starved_pace(1.0, 0.0, 2, 0.0) == (1.0, math.inf)  # all wire: never starved
+    # commbench's round beside compute: three 1 s collectives, all core-bound, on one lane,
+    # launched at 1, 2 and 3 s while every rank computes till 3. Share 1: each runs at once,
+    # 1-2, 2-3, 3-4. Share 0.5: the first does 1 s by 3, the second 3-4, the third 4-5. None:
+    # nothing till 3, then one after another: 6
+    took = {share: simulate.computing_round_s([1.0] * 3, [1.0] * 3, 1, 1.0, share, 1.0) for share in (0.0, 0.5, 1.0)}
+    assert took == pytest.approx({0.0: 6.0, 0.5: 5.0, 1.0: 4.0})
+    assert simulate.starved_share([1.0] * 3, [1.0] * 3, 5.0, 1, 1.0, 1.0) == pytest.approx(0.5)
+    assert simulate.starved_share([1.0] * 3, [1.0] * 3, 6.5, 1, 1.0, 1.0) == 0.0  # slower than none
+    assert simulate.starved_share([1.0] * 3, [1.0] * 3, 3.5, 1, 1.0, 1.0) == 1.0  # faster than a whole core
+
+
 def four_workers_on_two_cores() -> Cluster:
     """A loopback measured with Gloo (ring, two lanes at half speed at 4 ranks) whose 4 workers
     share 2 cores, each all-reduce 0.5 s of CPU per worker."""
@@ -956,6 +976,13 @@ def test_all_reduces_wait_out_backward_where_the_workers_outnumber_the_cores():
     wire = replace(loop, inter=Link(0.25, 1.25e-5, burst_bytes=1e-6))
     assert one == pytest.approx(2.25) and wire.allreduce_s(40_000, 4, "ring") == pytest.approx(one)
     assert period("wfbp-a2a", toy(), wire, 4, **opts) == pytest.approx(10 + 5 / 24)
+    # make commbench's round beside compute found none (4 ranks on 2 cores here): the wire waits
+    # on its core-bound part, all stall till 4, as on the loopback; a whole core's worth: p2 alone
+    # [2, 3] (1.25 left), with p1 at 0.5 till p2 ends at 5.5; p0 then beside p1 (1 s left), which
+    # ends at 7.5; p0's last 1.25 alone: 8.75
+    assert period("wfbp-a2a", toy(), replace(wire, starved_share={4: 0.0}), 4, **opts) == pytest.approx(4 + 3 * one)
+    assert period("wfbp-a2a", toy(), replace(wire, starved_share={4: 1.0}), 4, **opts) == pytest.approx(8.75)
+    assert period("wfbp-a2a", toy(), replace(wire, starved_share={2: 1.0}), 4, **opts) == pytest.approx(10 + 5 / 24)
 
 
 def test_starved_eager_all_reduces_take_at_least_every_message_cpu_at_the_cores_share():
