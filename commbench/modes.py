@@ -168,11 +168,14 @@ def compute_for(seconds: float, device, fine: bool = False) -> None:
                                  torch.ones(_COMPUTE_BYTES // 4, device=device), torch.randn(128, 128, device=device))
     dst, src, a = _compute_buffers[key]
     end = time.perf_counter() + seconds
-    step = COMPUTE_SLICE_BYTES // 4 if fine else dst.numel()
+    step = COMPUTE_SLICE_BYTES // 4
     while time.perf_counter() < end:
-        at = _compute_at.get(key, 0)
-        dst[at:at + step].copy_(src[at:at + step])
-        _compute_at[key] = (at + step) % dst.numel()
+        if fine:  # the next slice; the product once a pass through the buffers
+            at = _compute_at.get(key, 0)
+            dst[at:at + step].copy_(src[at:at + step])
+            _compute_at[key] = (at + step) % dst.numel()
+        else:
+            dst.copy_(src)
         if not fine or _compute_at[key] == 0:
             a @ a
         if a.device.type == "cuda":

@@ -739,7 +739,7 @@ def starved_shares(cluster: "Cluster", data: dict) -> dict:
     over emulated 100 Mbit/s links took 30.5 ms where the burst alone took 29.0 (the wire's
     all-reduces ran on beside compute); at 1 Gbit/s 16.2 against 4.7, on loopback 15.3 against
     3.8, and 4 ranks on either 62.1 and 40.1 against 49.3 and 27.9 (none ran till it ended)."""
-    from ddlbench.predict.simulate import ring_link, ring_link_bytes, starved_share  # simulate imports this
+    from ddlbench.predict.simulate import core_bound_s, ring_link, ring_link_bytes, starved_share  # simulate imports this
 
     out = {}
     for ranks, models in (data or {}).items():
@@ -759,8 +759,7 @@ def starved_shares(cluster: "Cluster", data: dict) -> dict:
             alone = [cluster.allreduce_s(4 * n, ranks, "ring") for n in numels]  # fp32
             link_bytes = [ring_link_bytes(4 * n, ranks) for n in numels]
             wire = ring_link(cluster, ranks, "ring")
-            starved = [max(0.0, a - (b * wire.beta_s_per_byte if wire is not None else 0.0))
-                       for a, b in zip(alone, link_bytes)]
+            starved = [core_bound_s(a, b, wire) for a, b in zip(alone, link_bytes)]
             shares.append(starved_share(alone, starved, float(measured_s), GLOO_THREADS, speed, float(pace_s),
                                         wire, link_bytes))
         if shares:

@@ -507,6 +507,12 @@ def ring_link(cluster: Cluster, workers: int, algorithm: str) -> Link | None:
     return cluster.inter if m > 1 and algorithm == "ring" and cluster.inter.burst_bytes > 0 else None
 
 
+def core_bound_s(dur_s: float, link_bytes: float, link: Link | None) -> float:
+    """What of an all-reduce's `dur_s` alone needs a core (`Lanes`' starved_s): all of it, but
+    for the time `link_bytes` take at a shaped `link`'s rate (`ring_link`), where there is one."""
+    return max(0.0, dur_s - (link_bytes * link.beta_s_per_byte if link is not None else 0.0))
+
+
 def ring_bucket(cluster: Cluster, workers: int, algorithm: str, buckets: dict | None = None) -> Bucket | None:
     """The token bucket an all-reduce stream sees, or None: a ring across machines (the emulated
     cluster's hosts) sends `ring_link_bytes` of each all-reduce through every link direction
@@ -822,7 +828,9 @@ class AllReduceComm:
         self.sim, self.cluster, self.workers, self.algorithm = sim, cluster, workers, algorithm
         speed = measured_lane_speed(cluster, workers, algorithm)
         self.lanes = Lanes(sim, GLOO_THREADS, speed, cluster.starved_share.get(workers)) if speed else None
-        self.bucket = ring_bucket(cluster, workers, algorithm, buckets)  # each collective meets it as it starts
+        self.link = ring_link(cluster, workers, algorithm)
+        # each collective meets its bucket as it starts (`ring_bucket`)
+        self.bucket = kept_bucket(buckets, "ring", self.link) if self.link is not None else None
         self.stream = None if self.lanes else Station(sim, bucket=self.bucket)
         # a collective submitted after the stream idled AFTER_COMPUTE_IDLE_S (the ranks computed)
         # pays what make commbench found one costs then, beyond its own time (Cluster.after_compute_s)
@@ -845,9 +853,8 @@ class AllReduceComm:
             link_bytes = ring_link_bytes(nbytes, w)
             # the shaped wire's time needs no core; the rest (all of it on a loopback) does, and
             # so does the start of every ring step after the first
-            wire_s = link_bytes * self.bucket.beta if self.bucket is not None else 0.0
             self.lanes.submit(timed(self.bucket, link_bytes, dur, extra_s), on_done, on_start,
-                              starved_s=max(0.0, dur - wire_s) + extra_s, steps=ring_steps(w))
+                              starved_s=core_bound_s(dur, link_bytes, self.link) + extra_s, steps=ring_steps(w))
             return
         self.stream.submit((self.stream.timed(ring_link_bytes(nbytes, w), dur, extra_s), 0.0,
                             None if on_start is None else (lambda now, end: on_start(now)), on_done))
