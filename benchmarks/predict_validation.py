@@ -541,7 +541,8 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
         unit_s = units.get(ukey, 0.0)
         # the network as the run found it: the bench's, scaled by the run's communication probe
         # against the bench's commbench burst (`comm_scale`), where both were measured
-        scale = comm_scale(r, net, here)
+        # (a PS run's: its PS probe against commbench's node burst, `ps_scale`)
+        scale = comm_scale(r, net, here) or ps_scale(r, net, here)
         as_measured, placed = placed, (network.slower(placed, scale) if scale else placed)
         ratio = by_itself.compute_s / beside.compute_s
         machinery, machinery_at_run = machinery_pair(results, r)
@@ -607,7 +608,8 @@ def local(results: str, local_network: str | None) -> tuple[dict, dict, list, di
                             (others["spread"], "spread" if lockstep else source),
                             (others["unscaled"], "unscaled" if scale else source)):
             pairs[r["method"]].append(pair[name])
-        where_net = (f"{net} (bench's" + (f", x{scale:.2f} by the run's comm probe" if scale else "") + ")") \
+        probe_name = "PS probe" if r.get("servers") else "comm probe"
+        where_net = (f"{net} (bench's" + (f", x{scale:.2f} by the run's {probe_name}" if scale else "") + ")") \
             if here else net
         runs.append((r["method"], where_net, r["workers"], *pair[source], plan, label))
         # the spread of what was measured, beside the error
@@ -637,6 +639,26 @@ def comm_scale(rec: dict, net: str, here: tuple[str, Path] | None) -> float | No
         return None
     burst = network.commbench_burst_s(here[0], rec["workers"], rec["model"], here[1])
     return statistics.median(probe) / burst if burst else None
+
+
+def ps_scale(rec: dict, net: str, here: tuple[str, Path] | None) -> float | None:
+    """`comm_scale` for a local PS run: its PS probe (driver: `_PSProbe`, make commbench's PS
+    burst of PS_BURST_KEYS keys through the run's own PS path, the slowest worker's mean round,
+    per repeat; their median, per key) over commbench's node burst at the same key size through
+    a node of the run's workers, in the bench's own network (`network.commbench_node_key_s`).
+    What a PS message costs the shared cores drifts apart from what an all-reduce costs them
+    (driver docstring: commbench's 4-worker node bursts 0.75-0.79 ms of CPU per key in some
+    launches, 1.16-1.22 in others, while the all-reduce burst beside the same server moved
+    otherwise), so a PS run is scaled by its own PS probe, not by the all-reduce one. Local
+    per-machine runs with one node of all their workers only (commbench's node bursts are
+    that); None where the run has no PS probe or the bench no such burst."""
+    probe, keys = rec.get("ps_probe_s"), rec.get("ps_probe_keys")
+    if not probe or not keys or here is None or record_network(rec) is not None \
+            or len(rec.get("hosts") or [None]) != 1 or not rec.get("servers") \
+            or record_ps_topology(rec) != "per-machine" or (workers_per_node(rec) or rec["workers"]) != rec["workers"]:
+        return None
+    key_s = network.commbench_node_key_s(here[0], rec["workers"], int(rec.get("ps_probe_key_bytes") or 0), here[1])
+    return statistics.median(probe) / keys / key_s if key_s else None
 
 
 def probe_compute_s(rec: dict) -> float | None:

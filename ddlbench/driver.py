@@ -62,6 +62,18 @@ cost the cores that workers share drifts here as their compute does (the burst o
 validation scales the network that make commbench measured at the bench's end by this burst
 against commbench's own. It is a microbenchmark beside the run, like the compute probe, and
 never enters the throughput.
+A PS run's repeats (method.architecture ps) then also time make commbench's PS burst through the
+run's own PS path (`_PSProbe`): PS_BURST_KEYS keys of PS_BURST_BYTES[0] each, keys of the probe's
+own prepared beside the schedule's messages (`GradSync.probe_numels`), every worker pushing them
+back to back and waiting for all, after a barrier, `comm_probe_rounds` rounds after one untimed,
+the slowest worker's mean round (`ps_probe_s`, per repeat; a `ps probe` span). It is commbench's
+`push_pull_node_burst` (`push_pull_burst` where every worker pushes for itself), timed as it
+times it. What a PS message costs the shared cores drifts on its own: commbench's node bursts of
+4 local workers cost 0.75-0.79 ms of the machine's CPU per key in some launches and 1.16-1.22 in
+others, minutes apart, while the all-reduce burst beside the same server moved otherwise
+(26-43 ms); bl55's 4-worker PS runs were predicted 22-25% slow on a network measured in such a
+slow spell. The all-reduce probe above does not follow it, so the validation scales a local PS
+run's network by this burst against commbench's (predict_validation.ps_scale).
 """
 from __future__ import annotations
 
@@ -82,6 +94,7 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
         torch.backends.cudnn.benchmark = True  # the study's setting; autotuning then happens in set-up and warm-up
     probe = _Probe(workload, cfg) if cfg.profile.get("compute_probe_iters", 0) else None  # before any hook
     comm_probe = _CommProbe(workload, cfg, ctx) if cfg.profile.get("comm_probe_rounds", 0) and ctx.world > 1 else None
+    ps_probe = _PSProbe(sync, cfg, ctx) if comm_probe is not None and cfg.method.architecture == "ps" else None
     model = sync.wrap(workload.model)
     sync.setup(workload.model)
     opt = sync.wrap_optimizer(torch.optim.SGD(model.parameters(), lr=cfg.optimizer.lr, momentum=cfg.optimizer.momentum))
@@ -100,6 +113,7 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
     probe_after_idle_s: list[list[float]] = []
     probe_after_idle_own_s: list[list[float]] = []
     comm_probe_s: list[float] = []
+    ps_probe_s: list[float] = []
     iteration = 0
 
     def one() -> None:
@@ -119,6 +133,8 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
             probe_own_s.append(sum(own) / len(own))
         if comm_probe is not None:
             comm_probe_s.append(comm_probe.run(ctx, tracer, iteration, repeat))
+        if ps_probe is not None:
+            ps_probe_s.append(ps_probe.run(ctx, tracer, iteration, repeat))
         last = time.perf_counter()
         for i in range(p.warmup_iters):
             one()
@@ -172,6 +188,9 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
             "comm_probe_tensors": len(comm_probe.grads),
             "comm_probe_bytes": sum(g.numel() * g.element_size() for g in comm_probe.grads)}
            if comm_probe is not None else {}),
+        **({"ps_probe_s": ps_probe_s, "ps_probe_keys": len(ps_probe.keys),
+            "ps_probe_key_bytes": ps_probe.keys[0].numel() * ps_probe.keys[0].element_size()}
+           if ps_probe is not None else {}),
         **numerics(ctx.device),
     }
 
@@ -266,6 +285,41 @@ class _CommProbe:
         slowest = _slowest_rank([mine], ctx)[0]
         tracer.complete("comm probe", "probe", t0_us, tracer.now_us(),
                         {"iter": iteration, "rounds": self.rounds, "repeat": repeat, "tensors": len(self.grads)},
+                        lane="comm")
+        return slowest
+
+
+class _PSProbe:
+    """The PS communication probe (module docstring): make commbench's PS burst through the
+    run's own transport (the per-machine layer and the wire), past the schedule's queue, on
+    keys of its own that `sync` prepares with its messages (so it is made before `setup`)."""
+
+    def __init__(self, sync, cfg, ctx):
+        from ddlbench.commbench.modes import PS_BURST_BYTES, PS_BURST_KEYS
+
+        self.sync, self.rounds = sync, int(cfg.profile.comm_probe_rounds)
+        self.keys = [torch.ones(PS_BURST_BYTES[0] // 4, dtype=torch.float32, device=ctx.device)
+                     for _ in range(PS_BURST_KEYS)]
+        sync.probe_numels = tuple(x.numel() for x in self.keys)
+        self.round = 0  # the probe keys' own rounds, apart from training's iterations
+
+    def run(self, ctx, tracer, iteration: int, repeat: int) -> float:
+        """One probe: the slowest worker's mean round, in seconds (every worker returns it)."""
+        t0_us = tracer.now_us()
+        times = []
+        for i in range(self.rounds + 1):  # the first untimed
+            _slowest_rank([0.0], ctx)  # a barrier: each round starts together, as commbench's bursts
+            t0 = time.perf_counter()
+            handles = [self.sync.probe_async(k, x, self.round) for k, x in enumerate(self.keys)]
+            for h in handles:
+                h.wait()
+            _sync(ctx.device)
+            self.round += 1
+            if i:
+                times.append(time.perf_counter() - t0)
+        slowest = _slowest_rank([sum(times) / len(times)], ctx)[0]
+        tracer.complete("ps probe", "probe", t0_us, tracer.now_us(),
+                        {"iter": iteration, "rounds": self.rounds, "repeat": repeat, "keys": len(self.keys)},
                         lane="comm")
         return slowest
 

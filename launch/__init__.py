@@ -195,7 +195,7 @@ def merge_launches(cfg, results: list[dict], dirs: list[Path]) -> dict:
               for key in ("block_time_s", "iter_times_s", "host_busy_cores", "host_steal_cores", "thread_cpu_ms_per_iter",
                           "compute_probe_s", "compute_probe_iter_s", "compute_probe_lockstep_s",
                           "compute_probe_lockstep_own_s", "compute_probe_after_idle_s",
-                          "compute_probe_after_idle_own_s", "comm_probe_s") if key in results[0]}
+                          "compute_probe_after_idle_own_s", "comm_probe_s", "ps_probe_s") if key in results[0]}
     return {
         **results[0], **joined,
         "samples_per_sec": mean, "samples_per_sec_std": std, "samples_per_sec_per_repeat": per_repeat,

@@ -114,6 +114,10 @@ class GradSync(ABC):
     """Averages gradients across workers; subclasses are the study's schedules."""
 
     owns_update = False  # True: the method applies the optimizer step itself, per parameter
+    # The PS probe's keys (driver: the PS communication probe), set before `setup`: a PS
+    # schedule prepares them after its own messages (`with_probe`), and `probe_async` pushes one
+    # straight to the transport, past the schedule's queue.
+    probe_numels: tuple[int, ...] = ()
 
     def __init__(self, cfg, ctx: Context):
         self.cfg = cfg
@@ -150,6 +154,17 @@ class GradSync(ABC):
         close = getattr(getattr(self, "transport", None), "close", None)
         if close is not None:
             close()
+
+    def with_probe(self, message_numels: list[int]) -> list[int]:
+        """The transport's messages: the schedule's, then the probe's keys (`probe_numels`)."""
+        self._probe_base = len(message_numels)
+        return list(message_numels) + list(self.probe_numels)
+
+    def probe_async(self, k: int, flat: torch.Tensor, iteration: int):
+        """Push the probe's key `k` (its own round `iteration`, counted apart from training's);
+        the handle's wait leaves the workers' average in `flat`."""
+        return self.transport.reduce_async(flat, iteration=iteration, tensors=[f"probe{k}"],
+                                           group=self._probe_base + k)
 
     def describe(self) -> dict:
         """Schedule facts for the run record: message sizes (`groups`) and anything chosen."""

@@ -133,7 +133,7 @@ class ByteScheduler(GradSync):
                 self.parts.append(Partition(len(self.parts), i, start, min(p.numel(), start + self.partition_params)))
             self.parts_of.append(ids)
         self.element_size = self.named[0][1].element_size()
-        self.transport.prepare([part.numel for part in self.parts])
+        self.transport.prepare(self.with_probe([part.numel for part in self.parts]))
         opt = self.ctx.extra["optimizer"]
         self.opts = [torch.optim.SGD([p], lr=opt.lr, momentum=opt.momentum) for _, p in self.named]
         self.updated = [threading.Event() for _ in self.named]

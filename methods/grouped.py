@@ -63,7 +63,7 @@ class GroupedSync(GradSync):
                 self._group_of[i] = g
         self._numels = [sum(self.named[i][1].numel() for i in m) for m in self.groups]
         self._buffers = [self._buffer(g) for g in range(len(self.groups))]
-        self.transport.prepare(self._numels)
+        self.transport.prepare(self.with_probe(self._numels))
         self._pending = [len(m) for m in self.groups]
         self._handles: dict[int, object] = {}
         for i, (_, p) in enumerate(self.named):

@@ -768,12 +768,22 @@ def starved_shares(cluster: "Cluster", data: dict) -> dict:
 
 
 @functools.lru_cache(maxsize=32)
-def _data_lanes(path: str, mtime_ns: int, size: int) -> dict:
-    """The `data_lanes` of the network config at `path`, parsed once per version of the file
-    (its modification time and size are the key): a validation asks it once per run."""
+def _config_data(path: str, mtime_ns: int, size: int) -> dict:
+    """The network config at `path`, parsed once per version of the file (its modification time
+    and size are the key): a validation asks it once per run."""
     import yaml
 
-    return (yaml.safe_load(Path(path).read_text()) or {}).get("data_lanes") or {}
+    return yaml.safe_load(Path(path).read_text()) or {}
+
+
+def _data_of(name: str, key: str, directory: Path | None) -> dict | None:
+    """The config `name`'s `key` table (under `directory`, else conf/network), {} where it has
+    none; None where there is no such config."""
+    path = (directory or conf_dir()) / f"{name}.yaml"
+    if not path.exists():
+        return None
+    stat = path.stat()
+    return _config_data(str(path), stat.st_mtime_ns, stat.st_size).get(key) or {}
 
 
 def commbench_burst_s(name: str, ranks: int, model: str, directory: Path | None = None) -> float | None:
@@ -783,16 +793,26 @@ def commbench_burst_s(name: str, ranks: int, model: str, directory: Path | None 
     `burst_measured_s` beside a paced round, else `measured_s`, which is the burst's where no pace
     is given); None where it kept none. The driver's communication probe times the same burst
     beside a run (`comm_probe_s`)."""
-    path = (directory or conf_dir()) / f"{name}.yaml"
-    if not path.exists():
-        return None
-    stat = path.stat()
-    data = _data_lanes(str(path), stat.st_mtime_ns, stat.st_size)
-    d = (data.get(ranks) or data.get(str(ranks)) or {}).get(model)
+    data = _data_of(name, "data_lanes", directory)
+    d = (data.get(ranks) or data.get(str(ranks)) or {}).get(model) if data else None
     if not d:
         return None
     burst = d.get("burst_measured_s") if d.get("pace_s") else d.get("measured_s")
     return float(burst) if burst is not None and float(burst) > 0 else None
+
+
+def commbench_node_key_s(name: str, node_workers: int, key_bytes: int, directory: Path | None = None) -> float | None:
+    """make commbench's ps node bursts through one per-machine node of `node_workers` workers,
+    as the config `name` it wrote keeps them (`data_node_ps`: per key size, a burst's wall time
+    over its keys, the median over records): the time per key of `key_bytes`; None where it
+    kept none at that node size and key size. The driver's PS probe times the same burst beside
+    a run (`ps_probe_s`)."""
+    data = _data_of(name, "data_node_ps", directory)
+    d = (data.get(node_workers) or data.get(str(node_workers))) if data else None
+    if not d or key_bytes not in d.get("bytes", []):
+        return None
+    t = float(d["time_s"][d["bytes"].index(key_bytes)])
+    return t if t > 0 else None
 
 
 # commbench's collective -> its key under a config's `inter:` (the all-reduce's is the link's own).

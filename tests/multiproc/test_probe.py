@@ -1,9 +1,11 @@
-"""The driver's compute probe across two worker processes (Gloo on this host): its lock-step
-steps count the slowest worker's step, its free-running ones each worker's own."""
+"""The driver's probes across two worker processes (Gloo on this host): the compute probe's
+lock-step steps count the slowest worker's step, its free-running ones each worker's own; the
+communication probe times the slowest worker's rounds; a PS run's probe goes through its servers."""
 from __future__ import annotations
 
 import json
 import textwrap
+from pathlib import Path
 
 from ddlbench import driver
 from helpers import two_ranks
@@ -102,3 +104,42 @@ def test_the_comm_probe_times_the_slowest_workers_rounds_of_the_models_all_reduc
     assert a["sizes"] == a["model_sizes"] and len(a["sizes"]) > 1
     assert all(g == [2.0 ** (ROUNDS + 1)] for g in a["grads"] + b["grads"])
     assert len(a["events"]) == 1 and a["events"][0]["args"]["rounds"] == ROUNDS
+
+
+def test_a_ps_runs_probe_pushes_commbenchs_burst_through_its_own_servers_and_stays_lossless(tmp_path):
+    """driver._PSProbe in a real per-machine PS run (2 local workers, one node, its server a
+    process of its own): each repeat times PS_BURST_KEYS keys of PS_BURST_BYTES[0] (make
+    commbench's node burst), pushed on keys of the probe's own that the server holds beside the
+    training's, ROUNDS + 1 rounds a repeat; the run's parameters are single-process SGD's still."""
+    import torch
+
+    from ddlbench.commbench.modes import PS_BURST_BYTES, PS_BURST_KEYS
+    from ddlbench.trace import load as load_trace
+    from helpers import ddlbench, records, reference_parameters
+
+    ddlbench("method=wfbp-ps", "model=tiny-resnet", "workers=2", "local_batch=4", "profile.warmup_iters=1",
+             "profile.measured_iters=2", "profile.repeats=2", f"profile.comm_probe_rounds={ROUNDS}", "trace=true",
+             "save_params=true", results=tmp_path, check=True)
+    (rec,) = records(tmp_path)
+    assert rec["status"] == "ok", rec["error"]
+    assert (rec["ps_topology"], rec["servers"]) == ("per-machine", 1)
+    assert len(rec["ps_probe_s"]) == 2 and all(t > 0 for t in rec["ps_probe_s"])
+    assert (rec["ps_probe_keys"], rec["ps_probe_key_bytes"]) == (PS_BURST_KEYS, PS_BURST_BYTES[0])
+    assert len(rec["comm_probe_s"]) == 2  # the all-reduce probe still runs beside it
+    for rank in range(2):
+        spans = [e for e in load_trace(rec["trace"][rank]) if e["name"] == "ps probe"]
+        assert len(spans) == 2 and all(e["args"]["rounds"] == ROUNDS for e in spans)
+    # the server took every probe key from the node's leader, each round of each repeat, on keys
+    # after the training's, whose pushes are one per iteration (3 a repeat)
+    pushes = [e["args"] for e in load_trace(rec["trace"][2]) if e["name"] == "push_received"]
+    count: dict = {}
+    for a in pushes:
+        assert a["worker"] == 0
+        count[a["key"]] = count.get(a["key"], 0) + 1
+    probe_keys = sorted(count)[-PS_BURST_KEYS:]
+    assert all(count[k] == 2 * (ROUNDS + 1) for k in probe_keys)
+    assert all(count[k] == 2 * 3 for k in sorted(count)[:-PS_BURST_KEYS])
+    assert {a["bytes"] for a in pushes if a["key"] in probe_keys} == {PS_BURST_BYTES[0]}
+    got = torch.load(Path(rec["run_dir"]) / "params.pt")
+    for name, ref in reference_parameters(Path(rec["run_dir"])).items():
+        torch.testing.assert_close(got[name], ref, rtol=1e-5, atol=1e-6, msg=lambda m: f"{name}: {m}")

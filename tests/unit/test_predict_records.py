@@ -430,6 +430,61 @@ def test_validation_scales_a_local_runs_network_by_its_comm_probe_against_the_be
     assert sorted(p for p, _ in shared["wfbp-a2a"]) == sorted(p for m, _, _, p, *_ in runs if m == "wfbp-a2a")
 
 
+def test_validation_scales_a_local_ps_run_by_its_ps_probe_against_the_benchs_node_burst(tmp_path, monkeypatch):
+    """A local per-machine PS run with a PS probe (driver._PSProbe: commbench's node burst through
+    the run's own servers) is predicted on the bench's own network with every message as much
+    longer as its probe's median round per key took against commbench's node burst per key at
+    the same key size and node (`data_node_ps`); not by its all-reduce probe, and not where the
+    run's node is not all its workers, its topology is per-gpu, or the bench kept no such burst."""
+    import yaml
+
+    from ddlbench import record
+
+    validation = _validation()
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    spec = yaml.safe_load((network.conf_dir() / "loopback.yaml").read_text())
+    spec["name"] = "local-x"
+    spec["data_node_ps"] = {2: {"bytes": [256, 65536], "time_s": [0.001, 0.002]},
+                            4: {"bytes": [256, 65536], "time_s": [0.002, 0.004]}}
+    (profiles / "local-x.yaml").write_text(yaml.safe_dump(spec))
+    assert network.commbench_node_key_s("local-x", 2, 256, profiles) == 0.001
+    assert network.commbench_node_key_s("local-x", 4, 65536, profiles) == 0.004
+    assert network.commbench_node_key_s("local-x", 4, 1024, profiles) is None  # no such key size
+    assert network.commbench_node_key_s("local-x", 3, 256, profiles) is None
+    assert network.commbench_node_key_s("local-y", 2, 256, profiles) is None
+
+    here = ("local-x", profiles)
+    ps = {**_measured("wfbp-ps", 2), "servers": 1, "ps_topology": "per-machine", "hosts": ["h"],
+          "ps_probe_s": [0.064, 0.1, 0.05], "ps_probe_keys": 32, "ps_probe_key_bytes": 256,
+          "comm_probe_s": [1.0]}  # median 0.064 over 32 keys: 2 ms a key, twice the node burst's
+    assert validation.ps_scale(ps, "local-x", here) == pytest.approx(2.0)
+    assert validation.ps_scale({**ps, "workers": 4}, "local-x", here) == pytest.approx(1.0)
+    assert validation.comm_scale(ps, "local-x", here) is None  # the all-reduce probe: not for PS
+    assert validation.ps_scale({**ps, "workers": 3}, "local-x", here) is None  # no node burst at 3
+    assert validation.ps_scale({**ps, "ps_probe_key_bytes": 1024}, "local-x", here) is None
+    assert validation.ps_scale({**ps, "ps_topology": "per-gpu"}, "local-x", here) is None
+    assert validation.ps_scale({**ps, "workers": 4, "workers_per_node": 2}, "local-x", here) is None
+    assert validation.ps_scale({**ps, "hosts": ["a", "b"]}, "local-x", here) is None
+    assert validation.ps_scale({**ps, "network": {"emulated": True, "link": "1gbit"}}, "local-x", here) is None
+    assert validation.ps_scale({k: v for k, v in ps.items() if k != "ps_probe_s"}, "local-x", here) is None
+    assert validation.ps_scale(ps, "local-x", None) is None
+    assert validation.ps_scale({**_measured("wfbp-a2a", 2), "ps_probe_s": [0.064], "ps_probe_keys": 32,
+                                "ps_probe_key_bytes": 256}, "local-x", here) is None  # no servers
+
+    fixed = cli.load_profile("tiny-resnet", 8, 100.0)
+    monkeypatch.setattr(profile, "measured", lambda *a, **k: fixed)  # no real profiling here
+    monkeypatch.setattr(profile, "measure_copy", lambda device, threads, **k: (2e-5, 1e9, f"fixed at {threads}"))
+    base = {"env": {"OMP_NUM_THREADS": "1"}, "host_cores": 2}
+    record.write(tmp_path, {**_measured("bsp-a2a", 1, 100.0), **base})
+    record.write(tmp_path, {**ps, **base, "samples_per_sec": 50.0, "samples_per_sec_per_repeat": [50.0]})
+    shared, _, runs, _, others = validation.local(str(tmp_path), None)  # the bench's own network: local-x
+    ((_, net, _, predicted, *_),) = [r for r in runs if r[0] == "wfbp-ps"]
+    assert net == "local-x (bench's, x2.00 by the run's PS probe)"
+    (unscaled,) = [p for p, _ in others["unscaled"]["wfbp-ps"]]
+    assert predicted < unscaled  # its messages twice as long as the bench measured them
+
+
 def test_validation_leaves_out_repeats_whose_machine_lost_its_cores_to_other_guests(tmp_path, monkeypatch, capsys):
     """A repeat whose timed block lost DISTURBED_STEAL_SHARE of the machine's cores or more to the
     hypervisor's other guests (driver: host_steal_cores, one per repeat) is left out of the run's
