@@ -54,9 +54,10 @@ Where every rank is a process of this one host (`spec["one_host"]`: not across e
 Slurm nodes), the same bursts again through the per-machine topology a local run of W workers
 has (methods.ps_node: the W workers one node, its leader pushing once per key): each key's
 reduce inside the node, the leader's control message, push, pull and broadcast, all on this
-machine's cores (`push_pull_node_burst`, `node_workers`). A burst's time per key is the node's
-sustained cost per message, which the predictor's node stage takes where it is the larger
-(network.Cluster.node_ps_s).
+machine's cores (`push_pull_node_burst`, `node_workers`), PS_NODE_PASSES passes of them (`pass`),
+whose medians the fit takes. A burst's time per key is the node's sustained cost per message,
+which the predictor's node stage takes where it is the larger (network.Cluster.node_ps_s); the
+driver's PS probe times its unpaced 256 B burst beside a run (`ps_probe_s`).
 
 fusion's rounds and ps's rounds and bursts follow --seconds-per-size as the size sweep does
 (worker.warm_up_and_plan): a slow one gets the calls that fit in it, rank 0's plan on every rank.
@@ -292,6 +293,11 @@ PS_BURST_KEYS = 32               # keys per burst: about a small CNN's tensors, 
 PS_BURST_BYTES = (256, 65_536)   # the two sizes of a burst's keys: the fit's per-message and per-byte CPU
 PS_LANDING_BYTES = (4096, 16_384, 65_536, 262_144, 1_048_576)  # the landing rounds' sizes (one partition each)
 PS_LANDING_ROUNDS = 12           # at least this many landing rounds a size: medians of order statistics
+# The node bursts' passes, each every row again (`pass`), whose medians the predictor's fit takes:
+# on this 2-core machine a node of 4 workers' burst cost 0.75-0.84 ms of CPU a key in some spells
+# and 1.16-1.26 in others, seconds to minutes long, within one launch too (bl56: its unpaced rows
+# 0.84, then its paced ones 1.26, where they are 10-20% apart otherwise).
+PS_NODE_PASSES = 3
 
 
 def ps(be, spec, emit) -> None:
@@ -354,7 +360,7 @@ def _share(workers):
     return share
 
 
-def _bursts(be, spec, workers, pp, keys_per_size, first_iteration: int):
+def _bursts(be, spec, workers, pp, keys_per_size, first_iteration: int, passes: int = 1):
     """Every worker pushes each burst's keys back to back and waits for all, at each of
     PS_BURST_BYTES, then again with one push every `fusion_pace_s` (as WFBP pushes while
     backward computes; none where it is 0): yield (key bytes, keys, tensors, times, warm-ups,
@@ -366,7 +372,7 @@ def _bursts(be, spec, workers, pp, keys_per_size, first_iteration: int):
     W = be.n - 1
     it = first_iteration
     paces = [0.0] + ([float(spec["fusion_pace_s"])] if spec.get("fusion_pace_s") else [])
-    for pace, (nbytes, keys) in itertools.product(paces, zip(PS_BURST_BYTES, keys_per_size)):
+    for pass_, pace, (nbytes, keys) in itertools.product(range(passes), paces, zip(PS_BURST_BYTES, keys_per_size)):
         xs = [torch.ones(nbytes // 4, device=be.device) for _ in keys]
 
         def burst() -> None:
@@ -397,7 +403,8 @@ def _bursts(be, spec, workers, pp, keys_per_size, first_iteration: int):
         busy1, window_s = hostcpu.busy_s(), time.perf_counter() - window0
         cpu = {"cpu_busy_s": (busy1 - busy0) / (iters * W * len(keys)), "cpu_window_s": window_s,
                "cores": hostcpu.cores()} if busy0 is not None and busy1 is not None else {}
-        yield nbytes, keys, xs, times, warmup, {**({"pace_s": pace} if pace else {}), **cpu}
+        yield nbytes, keys, xs, times, warmup, {**({"pace_s": pace} if pace else {}),
+                                                **({"pass": pass_} if passes > 1 else {}), **cpu}
 
 
 def _ps_rounds_and_bursts(be, spec, emit, workers, layout) -> None:
@@ -524,7 +531,7 @@ def _ps_node_bursts(be, spec, emit, workers, node) -> None:
     pp = ps_node.wrap(ctx, ps_zmq.TRANSPORT(ctx, node, PS_PARTITION_BYTES), node)
     bursts = [[j * PS_BURST_KEYS + k for k in range(PS_BURST_KEYS)] for j in range(len(PS_BURST_BYTES))]
     pp.prepare([n // 4 for n in PS_BURST_BYTES for _ in range(PS_BURST_KEYS)])
-    for nbytes, keys, xs, times, warmup, fields in _bursts(be, spec, workers, pp, bursts, 0):
+    for nbytes, keys, xs, times, warmup, fields in _bursts(be, spec, workers, pp, bursts, 0, PS_NODE_PASSES):
         report_extra = {"keys": len(keys), "key_bytes": nbytes, "node_workers": W, "ps_topology": "per-machine",
                         "warmup": warmup, **fields}
         _ps_report(be, spec, emit, workers, "push_pull_node_burst", sum(int((x != 1).sum().item()) for x in xs),

@@ -312,6 +312,15 @@ def test_commbench_node_bursts_set_a_local_per_machine_ps_nodes_pace(tmp_path):
     spec_paced = network.commbench_network(commbench_rows() + node + bursts + paced, "local-box", "test data")
     assert spec_paced["inter"]["node_ps"] == spec["inter"]["node_ps"]
     assert spec_paced["host_cpu"]["node_ps"] == {4: pytest.approx({"s_per_message": 2 * ac, "s_per_byte": 2 * bc})}
+    # commbench's passes (PS_NODE_PASSES): one of three in a slow spell (1.5 times the time and the
+    # CPU) moves neither the node's stage nor its CPU; the median is another pass's
+    slow = [{**b, "time_us": 1.5 * b["time_us"], "cpu_busy_s": 1.5 * b["cpu_busy_s"], "pass": 2}
+            for b in bursts[:2] + paced]
+    passes = [{**b, "pass": p} for p in (0, 1) for b in bursts[:2] + paced] + slow
+    spec_passes = network.commbench_network(commbench_rows() + node + passes, "local-box", "test data")
+    assert spec_passes["inter"]["node_ps"] == spec["inter"]["node_ps"]
+    assert spec_passes["host_cpu"]["node_ps"] == spec_paced["host_cpu"]["node_ps"]
+    assert spec_passes["data_node_ps"] == spec["data_node_ps"]
     network.write_config(spec, tmp_path)
     c = network.load("local-box", tmp_path)
     here = network.on_one_machine(c, 4)
