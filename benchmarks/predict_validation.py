@@ -634,11 +634,16 @@ def comm_scale(rec: dict, net: str, here: tuple[str, Path] | None) -> float | No
     within minutes; 4 workers, 68-81 both). None where the run has no probe or the bench no such
     burst."""
     probe = rec.get("comm_probe_s")
-    if not probe or here is None or record_network(rec) is not None or len(rec.get("hosts") or [None]) != 1 \
-            or rec.get("servers"):
+    if not probe or not local_with_bench_network(rec, here) or rec.get("servers"):
         return None
     burst = network.commbench_burst_s(here[0], rec["workers"], rec["model"], here[1])
     return statistics.median(probe) / burst if burst else None
+
+
+def local_with_bench_network(rec: dict, here: tuple[str, Path] | None) -> bool:
+    """Whether a probe can scale the run's network: a local run (no `network` in the record, one
+    host) of a bench that measured its own (`here`, `bench_network`)."""
+    return here is not None and record_network(rec) is None and len(rec.get("hosts") or [None]) == 1
 
 
 def ps_scale(rec: dict, net: str, here: tuple[str, Path] | None) -> float | None:
@@ -653,8 +658,7 @@ def ps_scale(rec: dict, net: str, here: tuple[str, Path] | None) -> float | None
     per-machine runs with one node of all their workers only (commbench's node bursts are
     that); None where the run has no PS probe or the bench no such burst."""
     probe, keys = rec.get("ps_probe_s"), rec.get("ps_probe_keys")
-    if not probe or not keys or here is None or record_network(rec) is not None \
-            or len(rec.get("hosts") or [None]) != 1 or not rec.get("servers") \
+    if not probe or not keys or not local_with_bench_network(rec, here) or not rec.get("servers") \
             or record_ps_topology(rec) != "per-machine" or (workers_per_node(rec) or rec["workers"]) != rec["workers"]:
         return None
     key_s = network.commbench_node_key_s(here[0], rec["workers"], int(rec.get("ps_probe_key_bytes") or 0), here[1])

@@ -271,18 +271,8 @@ class _CommProbe:
     def run(self, ctx, tracer, iteration: int, repeat: int) -> float:
         """One probe: the slowest worker's mean round, in seconds (every worker returns it)."""
         t0_us = tracer.now_us()
-        times = []
-        for i in range(self.rounds + 1):  # the first untimed
-            _slowest_rank([0.0], ctx)  # a barrier: each round starts together, as commbench's
-            t0 = time.perf_counter()
-            works = [dist.all_reduce(g, group=ctx.group, async_op=True) for g in self.grads]
-            for w in works:
-                w.wait()
-            _sync(ctx.device)  # on a GPU the wait orders the stream; the clock needs the kernels done
-            if i:
-                times.append(time.perf_counter() - t0)
-        mine = sum(times) / len(times)
-        slowest = _slowest_rank([mine], ctx)[0]
+        slowest = _probe_rounds_s(ctx, self.rounds, lambda: [dist.all_reduce(g, group=ctx.group, async_op=True)
+                                                             for g in self.grads])
         tracer.complete("comm probe", "probe", t0_us, tracer.now_us(),
                         {"iter": iteration, "rounds": self.rounds, "repeat": repeat, "tensors": len(self.grads)},
                         lane="comm")
@@ -306,22 +296,35 @@ class _PSProbe:
     def run(self, ctx, tracer, iteration: int, repeat: int) -> float:
         """One probe: the slowest worker's mean round, in seconds (every worker returns it)."""
         t0_us = tracer.now_us()
-        times = []
-        for i in range(self.rounds + 1):  # the first untimed
-            _slowest_rank([0.0], ctx)  # a barrier: each round starts together, as commbench's bursts
-            t0 = time.perf_counter()
-            handles = [self.sync.probe_async(k, x, self.round) for k, x in enumerate(self.keys)]
-            for h in handles:
-                h.wait()
-            _sync(ctx.device)
-            self.round += 1
-            if i:
-                times.append(time.perf_counter() - t0)
-        slowest = _slowest_rank([sum(times) / len(times)], ctx)[0]
+        slowest = _probe_rounds_s(ctx, self.rounds, self._push_all)
         tracer.complete("ps probe", "probe", t0_us, tracer.now_us(),
                         {"iter": iteration, "rounds": self.rounds, "repeat": repeat, "keys": len(self.keys)},
                         lane="comm")
         return slowest
+
+
+    def _push_all(self) -> list:
+        """One round: every probe key pushed, back to back; their handles."""
+        handles = [self.sync.probe_async(k, x, self.round) for k, x in enumerate(self.keys)]
+        self.round += 1
+        return handles
+
+
+def _probe_rounds_s(ctx, rounds: int, launch) -> float:
+    """The communication probes' timing, as commbench times its bursts: `rounds` rounds after one
+    untimed, each after a barrier (every worker starts it together), `launch()` sending the
+    round's messages and giving their handles, all waited; the slowest worker's mean round, in
+    seconds (every worker returns it)."""
+    times = []
+    for i in range(rounds + 1):
+        _slowest_rank([0.0], ctx)
+        t0 = time.perf_counter()
+        for h in launch():
+            h.wait()
+        _sync(ctx.device)  # on a GPU the wait orders the stream; the clock needs the kernels done
+        if i:
+            times.append(time.perf_counter() - t0)
+    return _slowest_rank([sum(times) / len(times)], ctx)[0]
 
 
 def lockstep_steps_s(everyone: list) -> tuple[list[float], list[float]]:

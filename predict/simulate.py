@@ -829,8 +829,7 @@ class AllReduceComm:
         speed = measured_lane_speed(cluster, workers, algorithm)
         self.lanes = Lanes(sim, GLOO_THREADS, speed, cluster.starved_share.get(workers)) if speed else None
         self.link = ring_link(cluster, workers, algorithm)
-        # each collective meets its bucket as it starts (`ring_bucket`)
-        self.bucket = kept_bucket(buckets, "ring", self.link) if self.link is not None else None
+        self.bucket = ring_bucket(cluster, workers, algorithm, buckets)  # each collective meets it as it starts
         self.stream = None if self.lanes else Station(sim, bucket=self.bucket)
         # a collective submitted after the stream idled AFTER_COMPUTE_IDLE_S (the ranks computed)
         # pays what make commbench found one costs then, beyond its own time (Cluster.after_compute_s)
