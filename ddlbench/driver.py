@@ -19,7 +19,8 @@ bound by the CPU), how much of those cores the hypervisor gave other guests mean
 (`host_steal_cores`: hostcpu.steal_s over the block / its wall time; a virtual machine's block
 that lost cores to a neighbour measured the neighbour too) and where this rank's own CPU went (`thread_cpu_ms_per_iter`: per thread
 name, the main thread's compute beside the methods' helpers and the backend's threads, read
-from /proc before and after the block, `hostcpu.thread_cpu_s`). Formulas: `ddlbench.metrics`.
+from /proc before and after the block, `hostcpu.thread_sched_s`; `thread_runq_ms_per_iter`:
+the same threads' time runnable but waiting for a core). Formulas: `ddlbench.metrics`.
 
 With `profile.compute_probe_iters` > 0 (the benches set it; 0 by default), every repeat starts
 with a compute probe: all the workers at once, after one all-reduce that lines them up, run
@@ -106,6 +107,7 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
     busy_cores: list[float] = []
     steal_cores: list[float] = []
     thread_ms: list[dict] = []
+    runq_ms: list[dict] = []  # per thread name: ms an iteration runnable but waiting for a core
     probe_s: list[float] = []
     probe_iter_s: list[float] = []
     probe_lockstep_s: list[float] = []
@@ -143,7 +145,7 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
         _sync(ctx.device)
         # read outside the block: the clock and its span time the iterations alone
         busy0, steal0 = hostcpu.busy_and_steal_s()
-        threads0 = hostcpu.thread_cpu_s()
+        threads0 = hostcpu.thread_sched_s()
         t0, t0_us = time.perf_counter(), tracer.now_us()
         stamps = [t0]
         for i in range(p.warmup_iters, p.warmup_iters + p.measured_iters):
@@ -160,7 +162,11 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
             busy_cores.append((busy1 - busy0) / (t1 - t0))
         if steal0 is not None and steal1 is not None:
             steal_cores.append((steal1 - steal0) / (t1 - t0))
-        thread_ms.append(hostcpu.per_iteration_ms(threads0, hostcpu.thread_cpu_s(), p.measured_iters))
+        threads1 = hostcpu.thread_sched_s()
+        thread_ms.append(hostcpu.per_iteration_ms({k: v[0] for k, v in threads0.items()},
+                                                  {k: v[0] for k, v in threads1.items()}, p.measured_iters))
+        runq_ms.append(hostcpu.per_iteration_ms({k: v[1] for k, v in threads0.items()},
+                                                {k: v[1] for k, v in threads1.items()}, p.measured_iters))
         slowest = _slowest_rank([t1 - t0] + [b - a for a, b in zip(stamps, stamps[1:])], ctx)
         block_times.append(slowest[0])
         iter_times += slowest[1:]
@@ -179,6 +185,7 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
         "host_busy_cores": busy_cores,
         "host_steal_cores": steal_cores,
         "thread_cpu_ms_per_iter": thread_ms,
+        "thread_runq_ms_per_iter": runq_ms,
         **({"compute_probe_s": [t / ctx.world for t in _over_ranks(probe_s, ctx, dist.ReduceOp.SUM)],
             "compute_probe_iter_s": probe_iter_s, "compute_probe_lockstep_s": probe_lockstep_s,
             "compute_probe_lockstep_own_s": probe_own_s, "compute_probe_idle_s": list(PROBE_IDLE_S),

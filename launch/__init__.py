@@ -193,7 +193,7 @@ def merge_launches(cfg, results: list[dict], dirs: list[Path]) -> dict:
     mean, std = metrics.mean_std(per_repeat)
     joined = {key: [v for r in results for v in r.get(key, [])]
               for key in ("block_time_s", "iter_times_s", "host_busy_cores", "host_steal_cores", "thread_cpu_ms_per_iter",
-                          "compute_probe_s", "compute_probe_iter_s", "compute_probe_lockstep_s",
+                          "thread_runq_ms_per_iter", "compute_probe_s", "compute_probe_iter_s", "compute_probe_lockstep_s",
                           "compute_probe_lockstep_own_s", "compute_probe_after_idle_s",
                           "compute_probe_after_idle_own_s", "comm_probe_s", "ps_probe_s") if key in results[0]}
     return {

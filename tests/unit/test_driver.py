@@ -5,6 +5,10 @@ tests/multiproc/test_reproduce.py.)"""
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -86,10 +90,14 @@ def test_batches_are_made_before_measuring_and_each_block_holds_its_iterations(g
     # and how much of them the hypervisor gave other guests meanwhile (0 on bare metal)
     assert len(result["host_steal_cores"]) == (2 if hostcpu.steal_s() is not None else 0)
     assert all(0 <= s <= hostcpu.cores() for s in result["host_steal_cores"])
-    # where this rank's CPU went, per block (coarse too: 10 ms ticks over 3 iterations)
+    # where this rank's CPU went, per block, and how long its threads waited for a core
     assert len(result["thread_cpu_ms_per_iter"]) == 2
     assert all(isinstance(block, dict) and all(v >= 0.05 for v in block.values())
                for block in result["thread_cpu_ms_per_iter"])
+    assert "main" in result["thread_cpu_ms_per_iter"][0]
+    assert len(result["thread_runq_ms_per_iter"]) == 2
+    assert all(isinstance(block, dict) and all(v >= 0.05 for v in block.values())
+               for block in result["thread_runq_ms_per_iter"])
 
 
 @pytest.mark.parametrize("method", ["wfbp-a2a", "bytescheduler-a2a"])
@@ -170,9 +178,52 @@ def test_each_threads_cpu_is_counted_under_its_kernel_name():
     done.set()
     thread.join(5)
     ms = hostcpu.per_iteration_ms(before, after, 3)
-    assert ms["ddlb-spinner"] == pytest.approx(100.0, abs=10.0)  # 0.3 s over 3, in 10 ms ticks
+    assert ms["ddlb-spinner"] == pytest.approx(100.0, abs=10.0)  # 0.3 s over 3
     assert "main" in before and ms.get("main", 0.0) < 100.0
     assert hostcpu.per_iteration_ms({"a": 1.0, "b": 1.0}, {"a": 1.3, "b": 1.0}, 3) == {"a": 100.0}
+
+
+def test_a_threads_cpu_and_run_queue_time_read_to_the_millisecond():
+    """hostcpu.thread_sched_s: the scheduler's nanosecond clocks, not /proc's 10 ms ticks (over a
+    40-iteration block those read in steps of 0.25 ms an iteration, coarser than the per-message
+    costs the predictor checks against them). A thread that spins 35 ms of CPU reads 35 ms (ticks
+    give 30 or 40); two threads spinning at once on one core each wait about half their time for
+    it (their work outside the GIL, so that they wait on the core, not on the GIL), which the
+    run-queue clock shows and the CPU clock does not."""
+    if not hostcpu.thread_sched_s() or not os.path.exists(f"/proc/self/task/{os.getpid()}/schedstat"):
+        pytest.skip("no /proc/self/task/*/schedstat on this machine")
+    script = """
+import hashlib, json, os, threading, time
+from ddlbench import hostcpu
+from ddlbench.methods.base import start_thread
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+go = threading.Event(); done = threading.Event(); spun = []
+data = bytes(1 << 16)
+def spin(seconds):
+    go.wait(5)
+    t0 = time.thread_time()
+    while time.thread_time() - t0 < seconds:
+        hashlib.sha256(data).digest()  # hashes this long run without the GIL: the threads contend for the core alone
+    spun.append(1)
+    done.wait(10)
+threads = [start_thread(spin, name, args=(s,)) for name, s in (("one", 0.035), ("two", 0.2), ("three", 0.2))]
+before = hostcpu.thread_sched_s()
+go.set()
+while len(spun) < 3:
+    time.sleep(0.01)
+after = hostcpu.thread_sched_s()
+done.set()
+print(json.dumps({n: [after[n][i] - before.get(n, (0.0, 0.0))[i] for i in (0, 1)]
+                  for n in ("ddlb-one", "ddlb-two", "ddlb-three")}))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["ddlb-one"][0] == pytest.approx(0.035, abs=0.002)
+    for name in ("ddlb-two", "ddlb-three"):
+        cpu, runq = got[name]
+        assert cpu == pytest.approx(0.2, abs=0.005)
+        assert runq > 0.05  # three spinners on one core: each waited for it
 
 
 def test_the_machines_busy_cpu_counts_a_spinning_process():
