@@ -819,6 +819,13 @@ class AfterCompute:
         return ended
 
 
+def allreduce_after_compute_s(cluster: Cluster, workers: int, algorithm: str) -> float:
+    """What make commbench found an all-reduce costs right after every rank computed, beyond the
+    same back to back, at this worker count and with this algorithm (`Cluster.after_compute_s`);
+    0 where it timed none."""
+    return cluster.after_compute_s.get(workers, 0.0) if algorithm == cluster.measured_algorithm else 0.0
+
+
 class AllReduceComm:
     """One NCCL stream: collectives one at a time, in submission order. Where make commbench timed
     a burst of the backend's async all-reduces at this worker count, in this placement
@@ -833,8 +840,7 @@ class AllReduceComm:
         self.stream = None if self.lanes else Station(sim, bucket=self.bucket)
         # a collective submitted after the stream idled AFTER_COMPUTE_IDLE_S (the ranks computed)
         # pays what make commbench found one costs then, beyond its own time (Cluster.after_compute_s)
-        self.after_compute = AfterCompute(sim, cluster.after_compute_s.get(workers, 0.0)
-                                          if algorithm == cluster.measured_algorithm else 0.0)
+        self.after_compute = AfterCompute(sim, allreduce_after_compute_s(cluster, workers, algorithm))
 
     def starve(self, until: float) -> None:
         """The workers compute on every core until `until` (`starves`): till then an
@@ -1464,7 +1470,11 @@ def cpu_floor_s(p: Plan, profile: Profile, cluster: Cluster, workers: int, opts:
     machine's busy CPU per worker that make commbench's bursts measured (`HostCpu.allreduce_s`:
     Gloo's threads, the kernel's networking, commbench's own launch) and what the runtime's
     launch adds to that (`Options.launch_s`): `messages_cpu_s`, given as `messages_s` where the
-    caller has it. The lanes (`Lanes.starve`) time those all-reduces
+    caller has it; and, once, what make commbench found an all-reduce costs after compute beyond
+    back to back (`allreduce_after_compute_s`), which the timeline charges its first message too:
+    commbench's rounds that price the messages' CPU run back to back, and an iteration's messages
+    do not (five local benches' 2-worker runs of tiny-resnet, predicted against measured:
+    MG-WFBP's +10 to +18% without it, +7 to +16% with; WFBP-A2A's +1 to +6%, -1 to +5%). The lanes (`Lanes.starve`) time those all-reduces
     after backward; this bounds the whole. Local 2-worker WFBP-A2A runs of tiny-resnet on 2
     cores: an iteration was the rank's whole CPU to 1-2 ms (its record's per-thread CPU: the main
     thread 2.5-4.75 ms more than BSP-A2A's, Gloo's loop threads 6-8 ms), where the lanes alone
@@ -1477,7 +1487,10 @@ def cpu_floor_s(p: Plan, profile: Profile, cluster: Cluster, workers: int, opts:
         return 0.0
     if messages_s is None:  # `messages_cpu_s`, where the caller has not already
         messages_s = messages_cpu_s(p, profile, cluster, workers, opts)
-    return profile.compute_s + messages_s
+    # an iteration's messages follow its compute, and the first of them comes cold, as the
+    # timeline charges it (`AfterCompute`): its cost after compute beyond back to back, which
+    # commbench timed with its W ranks on these cores (their wall: the cores' share is in it)
+    return profile.compute_s + messages_s + allreduce_after_compute_s(cluster, workers, opts.algorithm)
 
 
 def forward_with_updates(profile: Profile, order_by_need: list[int], f0: float,

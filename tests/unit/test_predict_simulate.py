@@ -991,7 +991,8 @@ def test_starved_eager_all_reduces_take_at_least_every_message_cpu_at_the_cores_
     launch beyond it, `Options.launch_s`) times W / cores. The toy's 3 messages at 4 workers on
     2 cores: 4 + 3 x (0.5 + 1) x 2 = 13 s, past the lanes' 4 + 3 x 2.25. Without a launch cost
     the lanes bind (7 s of floor); with spare cores, for BSP, PS or ByteScheduler there is none;
-    DDP's buckets pay commbench's part only."""
+    DDP's buckets pay commbench's part only; and every floor pays, once, what make commbench
+    found an all-reduce costs after compute (`Cluster.after_compute_s`)."""
     loop = four_workers_on_two_cores()
     opts = dict(stack="ddlbench", backend="gloo")
     lanes = 4 + 3 * loop.allreduce_s(40_000, 4, "ring")
@@ -1010,6 +1011,13 @@ def test_starved_eager_all_reduces_take_at_least_every_message_cpu_at_the_cores_
     # DDP's one bucket: commbench's CPU, not the runtime's launch (its reducer launches from C++)
     ddp = simulate.plan_for("ddp", toy(), loop, 4, o)
     assert len(ddp.messages) == 1 and simulate.cpu_floor_s(ddp, toy(), loop, 4, o) == pytest.approx(4 + 0.5 * 2)
+    # an iteration's messages come after its compute: where make commbench timed what an
+    # all-reduce costs then beyond back to back (0.7 s at 4 ranks on these cores, their wall), the
+    # floor pays it once, as the timeline's first message does; not another worker count's
+    cold = replace(loop, after_compute_s={4: 0.7, 2: 5.0})
+    assert simulate.cpu_floor_s(plan, toy(), cold, 4, o) == pytest.approx(13.0 + 0.7)
+    assert simulate.cpu_floor_s(ddp, toy(), cold, 4, o) == pytest.approx(4 + 0.5 * 2 + 0.7)
+    assert period("wfbp-a2a", toy(), cold, 4, launch_s=1.0, **opts) == pytest.approx(13.7)
     with pytest.raises(ValueError, match="launch_s=-1.0"):
         simulate.Options(launch_s=-1.0, **opts)
     with pytest.raises(ValueError, match="launch_s=0.1 with stack='study'"):
