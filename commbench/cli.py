@@ -19,7 +19,7 @@ from ddlbench import hostcpu, record
 from ddlbench.commbench.backends import BACKENDS, mpiexec, why_unavailable
 from ddlbench.commbench.collectives import COLLECTIVES, DTYPES
 from ddlbench.commbench.modes import AFTER_COMPUTE_S, FUSION_PACE_S
-from ddlbench.commbench.worker import MIN_ITERS, SECONDS_PER_SIZE
+from ddlbench.commbench.worker import CPU_WINDOW_S, MIN_ITERS, SECONDS_PER_SIZE
 
 DEVICES = ("cpu", "cuda")
 MODES = ("sizes", "groups", "fusion", "ps")
@@ -75,6 +75,10 @@ def parse(argv) -> argparse.Namespace:
     ap.add_argument("--group-bytes", default="400", help="groups mode: bytes per all-reduce (seed 002: 10x10 fp32)")
     ap.add_argument("--fusion-models", default="resnet50,bert-base")
     ap.add_argument("--fusion-iters", type=int, default=10)
+    ap.add_argument("--cpu-window-s", type=float, default=CPU_WINDOW_S,
+                    help=f"fusion mode: a round whose machine CPU is recorded (cpu_busy_s, in /proc/stat's "
+                         f"10 ms ticks) runs again until its rounds fill this many seconds, so that the ticks "
+                         f"resolve it (default {CPU_WINDOW_S:g}; 0: --fusion-iters rounds only)")
     ap.add_argument("--fusion-pace-ms", type=float, default=FUSION_PACE_S * 1e3,
                     help=f"fusion mode: also launch the per-tensor all-reduces one every this many ms "
                          f"(per_tensor_paced), as WFBP does during backward, and so again with every rank "
@@ -134,6 +138,8 @@ def parse(argv) -> argparse.Namespace:
         raise BadInput(f"seconds-per-size={a.seconds_per_size:g} is invalid; accepted: seconds >= 0 (0: always --iters)")
     if a.fusion_iters < 1:
         raise BadInput(f"fusion-iters={a.fusion_iters} is invalid; accepted: >= 1")
+    if not 0 <= a.cpu_window_s <= 60:
+        raise BadInput(f"cpu-window-s={a.cpu_window_s:g} is invalid; accepted: 0 <= seconds <= 60 (0: --fusion-iters only)")
     if not 0 <= a.fusion_pace_ms < 1000:
         raise BadInput(f"fusion-pace-ms={a.fusion_pace_ms:g} is invalid; accepted: 0 <= ms < 1000 (0: no paced round)")
     if not 0 <= a.after_compute_ms < 1000:
@@ -473,6 +479,7 @@ def main(argv=None) -> int:
             "factor": a.factor, "iters": a.iters, "warmup": a.warmup, "seconds_per_size": a.seconds_per_size,
             "group_bytes": a.group_bytes,
             "fusion_models": a.fusion_models.split(","), "fusion_iters": a.fusion_iters, "fusion_warmup": 2,
+            "cpu_window_s": a.cpu_window_s,
             "fusion_pace_s": a.fusion_pace_ms / 1e3, "after_compute_s": a.after_compute_ms / 1e3,
             "gloo_loop_policy": a.gloo_loop_policy,
             "pin_ranks": a.pin_ranks}

@@ -27,6 +27,8 @@ last, which waited for nobody (`last_arrival`): what a collective costs after co
 the machine's busy CPU per worker and round (`cpu_busy_s`, /proc/stat between the barriers
 around the timed rounds, each round's barrier included) and `cores`: what an all-reduce costs
 the cores that a local run's or the emulated cluster's workers share (network.HostCpu.allreduce).
+Such a row's rounds run again till they fill --cpu-window-s (worker.cpu_window_calls), so that
+/proc/stat's 10 ms ticks resolve them.
 
 ps: push and pull through this project's parameter-server engine on its default wire
 (methods.ps_zmq: ZeroMQ, as BytePS's ps-lite), the last rank the one server, the others workers
@@ -73,7 +75,7 @@ import torch
 
 from ddlbench import hostcpu
 from ddlbench.commbench.collectives import pattern
-from ddlbench.commbench.worker import sizes, summarize, warm_up_and_plan
+from ddlbench.commbench.worker import CPU_WINDOW_S, cpu_window_calls, sizes, summarize, warm_up_and_plan
 from ddlbench.methods.bytescheduler import MAX_CHOICES, hear, tell
 from ddlbench.methods.grouped import fuse_by_threshold, pack, unpack
 
@@ -260,6 +262,11 @@ def fusion(be, spec, emit) -> None:
                                              spec["fusion_warmup"],
                                              # a round after compute varies more and is short: more of them
                                              spec["fusion_iters"] * (AFTER_COMPUTE_ROUNDS if compute_s else 1))
+            measures_cpu = not (compute_s or computing) and hostcpu.busy_s() is not None
+            window_s = float(spec.get("cpu_window_s", CPU_WINDOW_S))
+            if measures_cpu and window_s > 0:  # rounds enough that the CPU's clock ticks resolve them
+                iters = cpu_window_calls(round_once, be.total, be.rank == 0, iters, window_s)
+                warmup += 1
             times = []
             busy0, window0 = hostcpu.busy_s(), time.perf_counter()
             for _ in range(iters):
@@ -274,7 +281,7 @@ def fusion(be, spec, emit) -> None:
             # the round computes, whose CPU is the compute's)
             cpu = {"cpu_busy_s": (busy1 - busy0) / (iters * be.n),
                    "cpu_window_s": time.perf_counter() - window0, "cores": hostcpu.cores()} \
-                if busy0 is not None and busy1 is not None and iters and not (compute_s or computing) else {}
+                if measures_cpu and busy1 is not None and iters else {}
             times = last_arrival(be, times) if compute_s else be.slowest(times)
             # then one checked round: rank r gives r + 1 everywhere, so every element must sum to n(n+1)/2
             for grad in grads:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import statistics
 import sys
@@ -41,6 +42,26 @@ def calls_for(call_s: float, warmup: int, iters: int, budget_s: float, done: int
     if not budget_s or call_s <= 0:
         return warm, iters
     return min(warm, int(budget_s / 4 / call_s)), min(iters, max(MIN_ITERS, int(budget_s / call_s)))
+
+
+# The least time a round whose machine CPU is recorded (hostcpu.busy_s: /proc/stat, in clock
+# ticks of 10 ms) runs for: 1 s holds 100 ticks a core, 0.5% of the busy CPU. Ten fused rounds of
+# tiny-resnet's gradients at 2 workers here took 7 ms, one tick or two of the two cores: every
+# bench read 0.5 or 1.0 ms of CPU per worker and round, the per-byte cost of the predictor's fit
+# halved or doubled by the draw (a thousand rounds: 0.74 ms).
+CPU_WINDOW_S = 1.0
+
+
+def cpu_window_calls(once, share, rank0: bool, iters: int, window_s: float = CPU_WINDOW_S,
+                     most: int = 100_000) -> int:
+    """Timed calls for a round whose machine CPU is recorded: `iters`, or as many as fill
+    `window_s` where those would not, at one more call's time (made here, warm, and timed on
+    rank 0, whose plan every rank follows: `share(n)` sums n over the ranks), at most `most`."""
+    t0 = time.perf_counter()
+    once()
+    call_s = time.perf_counter() - t0
+    n = min(most, max(iters, math.ceil(window_s / call_s - 1e-9) if call_s > 0 else iters)) if rank0 else 0
+    return share(int(n))
 
 
 def warm_up_and_plan(once, budget_s: float, share, rank0: bool, warmup: int, iters: int) -> tuple[int, int]:

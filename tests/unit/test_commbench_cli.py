@@ -91,6 +91,32 @@ def test_a_slow_size_gets_the_calls_that_fit_its_time_and_a_fast_one_all_of_them
     assert calls_for(5.8, **{**spec, "budget_s": 0}, done=2) == (3, 100)  # 0: as asked
 
 
+def test_a_round_whose_cpu_is_recorded_runs_till_its_rounds_fill_the_cpu_window(monkeypatch):
+    """commbench.worker.cpu_window_calls: rank 0 times one more round and every rank makes as
+    many as fill the window (/proc/stat counts 10 ms ticks: 10 rounds of 0.7 ms read 1 or 2),
+    never fewer than asked, at most `most`; the other ranks follow rank 0's count (`share`)."""
+    from ddlbench.commbench import worker
+
+    clock = iter([10.0, 10.004])  # the timed round: 4 ms
+    monkeypatch.setattr(worker.time, "perf_counter", lambda: next(clock))
+    made = []
+    shared = []
+
+    def share(n):
+        shared.append(n)
+        return n + 0  # one rank: the sum is its own
+
+    assert worker.cpu_window_calls(lambda: made.append(1), share, True, 10, window_s=1.0) == 250
+    assert made == [1] and shared == [250]
+    clock = iter([0.0, 0.5])
+    assert worker.cpu_window_calls(lambda: None, share, True, 10, window_s=1.0) == 10  # slow rounds: as asked
+    clock = iter([0.0, 1e-6])
+    assert worker.cpu_window_calls(lambda: None, share, True, 10, window_s=1.0, most=5000) == 5000
+    clock = iter([0.0, 0.004])
+    assert worker.cpu_window_calls(lambda: None, lambda n: n + 250, False, 10) == 250  # rank 0's plan
+    assert worker.CPU_WINDOW_S == 1.0
+
+
 def test_timed_calls_cover_the_whole_loop_one_time_per_call(monkeypatch):
     """Each call's time runs from the previous call's completion to its own: one time per call,
     none shorter than the call, and together exactly the loop's span (nccl-tests' block mean).
