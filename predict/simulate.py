@@ -193,7 +193,16 @@ Measured, not modelled yet (each alone moves other methods the wrong way):
   server and dispatcher threads (its trace: 29 messages drain after backward at about 1.4 ms
   each, the reduces issued during backward all finish after it, Gloo's TCP loop threads busy a
   third of the cores), so 2-worker local PS runs are predicted 23-183% too fast; at 4 workers
-  commbench's 4 ranks contend as the run does, and its fits match (-6 to +3%).
+  commbench's 4 ranks contend as the run does, and its fits match (-6 to +3%);
+- an eager method's launches inside backward where each rank holds one core (2 local workers
+  on 2 cores): a pair of pinned ranks sending tiny-resnet's gradients in MG-WFBP's 5 groups
+  took 15.7 ms an iteration launched from the hooks and 14.6-14.8 launched after backward; the
+  hooks cost the main thread its packs, divisions and Gloo's calls (0.8-1.0 ms; 0.6 after backward)
+  and backward's compute 0.45 ms more, and the groups made no progress till backward ended.
+  `Options.launch_s` (from WFBP's per-tensor launches) charges 0.3 ms of it: such runs come out
+  7-16% too fast. Charging the hooks' packs and launches to backward moved none of them (the
+  CPU floor binds), and charging each launch after 1 ms of compute commbench's after-compute
+  cost fixed them but put WFBP-A2A's 4-worker runs 6-10% too slow.
 """
 from __future__ import annotations
 
