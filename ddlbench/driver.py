@@ -162,11 +162,9 @@ def measure(cfg, ctx, workload, sync, progress=None, heartbeat=None) -> dict:
             busy_cores.append((busy1 - busy0) / (t1 - t0))
         if steal0 is not None and steal1 is not None:
             steal_cores.append((steal1 - steal0) / (t1 - t0))
-        threads1 = hostcpu.thread_sched_s()
-        thread_ms.append(hostcpu.per_iteration_ms({k: v[0] for k, v in threads0.items()},
-                                                  {k: v[0] for k, v in threads1.items()}, p.measured_iters))
-        runq_ms.append(hostcpu.per_iteration_ms({k: v[1] for k, v in threads0.items()},
-                                                {k: v[1] for k, v in threads1.items()}, p.measured_iters))
+        cpu_ms, waited_ms = hostcpu.sched_per_iteration_ms(threads0, hostcpu.thread_sched_s(), p.measured_iters)
+        thread_ms.append(cpu_ms)
+        runq_ms.append(waited_ms)
         slowest = _slowest_rank([t1 - t0] + [b - a for a, b in zip(stamps, stamps[1:])], ctx)
         block_times.append(slowest[0])
         iter_times += slowest[1:]

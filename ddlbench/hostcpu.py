@@ -135,6 +135,12 @@ def per_iteration_ms(before: dict[str, float], after: dict[str, float], iteratio
     return {name: round(v, 3) for name, v in sorted(ms.items(), key=lambda kv: -kv[1]) if v >= 0.05}
 
 
+def sched_per_iteration_ms(before: dict, after: dict, iterations: int) -> tuple[dict, dict]:
+    """`per_iteration_ms` of both clocks of two `thread_sched_s` readings: (CPU, run queue)."""
+    return tuple(per_iteration_ms({k: v[i] for k, v in before.items()}, {k: v[i] for k, v in after.items()},
+                                  iterations) for i in (0, 1))
+
+
 # Gloo's TCP transport serves its sockets from one loop thread per device (`gloo_tcp_loop`), on a
 # level-triggered epoll. When a socket is readable while another thread holds its pair's lock (a
 # Gloo worker thread sending on that pair), the loop skips the event and asks epoll again at once
