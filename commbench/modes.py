@@ -27,8 +27,8 @@ last, which waited for nobody (`last_arrival`): what a collective costs after co
 the machine's busy CPU per worker and round (`cpu_busy_s`, /proc/stat between the barriers
 around the timed rounds, each round's barrier included) and `cores`: what an all-reduce costs
 the cores that a local run's or the emulated cluster's workers share (network.HostCpu.allreduce).
-Such a row's rounds run again till they fill --cpu-window-s (worker.cpu_window_calls), so that
-/proc/stat's 10 ms ticks resolve them.
+Such a row's rounds run again till they fill --cpu-window-s (worker.cpu_window_calls plans them,
+worker.calls_filling_window tops them up), so that /proc/stat's 10 ms ticks resolve them.
 
 ps: push and pull through this project's parameter-server engine on its default wire
 (methods.ps_zmq: ZeroMQ, as BytePS's ps-lite), the last rank the one server, the others workers
@@ -75,7 +75,8 @@ import torch
 
 from ddlbench import hostcpu
 from ddlbench.commbench.collectives import pattern
-from ddlbench.commbench.worker import CPU_WINDOW_S, cpu_window_calls, sizes, summarize, warm_up_and_plan
+from ddlbench.commbench.worker import (CPU_WINDOW_S, calls_filling_window, cpu_window_calls, sizes, summarize,
+                                       warm_up_and_plan)
 from ddlbench.methods.bytescheduler import MAX_CHOICES, hear, tell
 from ddlbench.methods.grouped import fuse_by_threshold, pack, unpack
 
@@ -269,12 +270,17 @@ def fusion(be, spec, emit) -> None:
                 warmup += 1
             times = []
             busy0, window0 = hostcpu.busy_s(), time.perf_counter()
-            for _ in range(iters):
+
+            def timed_round() -> None:
                 if not compute_s:  # a round after compute starts as a run's iteration does: in step
                     be.barrier()   # since the last all-reduce, apart by what each rank's compute took
                 t0 = time.perf_counter()
                 span = all_reduce_once()
                 times.append(span[1] - span[0] if span else time.perf_counter() - t0)
+
+            # the planned rounds, then (CPU recorded) more till they fill the window
+            iters = calls_filling_window(timed_round, be.total, be.rank == 0, iters,
+                                         window_s if measures_cpu else 0, window0)
             be.barrier()  # every worker's last round is done
             busy1 = hostcpu.busy_s()
             # the machine's busy CPU per worker and round (each round's barrier included; not where

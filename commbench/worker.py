@@ -64,6 +64,28 @@ def cpu_window_calls(once, share, rank0: bool, iters: int, window_s: float = CPU
     return share(int(n))
 
 
+def calls_filling_window(call, share, rank0: bool, n: int, window_s: float, since: float,
+                         most: int = 100_000) -> int:
+    """Make `n` calls of `call()`, then more till `window_s` has passed since `since`
+    (perf_counter): rank 0 plans each top-up from the mean call so far and every rank follows
+    its count (`share`, as cpu_window_calls). cpu_window_calls plans from one call, and one slow
+    call on a loaded CI box once left a window of 0.15 s under half full; a top-up fills it
+    whatever that call took. With `window_s` 0: the `n` calls only. Returns the calls made."""
+    done = 0
+    while n:
+        for _ in range(n):
+            call()
+        done += n
+        if window_s <= 0:
+            break
+        elapsed = time.perf_counter() - since
+        more = 0
+        if rank0 and elapsed < window_s and done < most:
+            more = min(most - done, max(1, math.ceil((window_s - elapsed) * done / elapsed))) if elapsed > 0 else 1
+        n = share(int(more))
+    return done
+
+
 def warm_up_and_plan(once, budget_s: float, share, rank0: bool, warmup: int, iters: int) -> tuple[int, int]:
     """Warm up with `once()` (one call, back when it is done on this rank) and say how many timed
     calls to make: `warmup` and `iters` as asked; with `budget_s` (--seconds-per-size, the

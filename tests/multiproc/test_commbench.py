@@ -135,10 +135,13 @@ def test_the_seeds_experiments_groups_and_fusion(tmp_path):
     # each fusion round's busy CPU per worker (the predictor's all-reduce CPU on shared cores), in
     # /proc/stat's 10 ms ticks: the rounds run again till they fill --cpu-window-s, on every rank
     # alike (before, 3 rounds of a fused all-reduce took 2 x a few ms, a tick or none), after one
-    # more warm-up that times a round (the loop's rounds run a little faster than that one did: at
-    # least half the window); the rounds beside compute record no CPU of their own
-    assert all(r["cpu_busy_s"] > 0 and r["cpu_window_s"] >= window_s / 2 and r["cores"] >= 1 and r["warmup"] == 3
-               and r["iters"] >= 3 for r in fusion.values())
+    # more warm-up that times a round and plans them, topped up where the plan fell short (a slow
+    # planning round on a loaded CI box once left half the window empty); the rounds beside
+    # compute record no CPU of their own
+    bad = [(k, {f: r.get(f) for f in ("cpu_busy_s", "cpu_window_s", "cores", "warmup", "iters")})
+           for k, r in fusion.items() if not (r["cpu_busy_s"] > 0 and r["cpu_window_s"] >= window_s and
+                                              r["cores"] >= 1 and r["warmup"] == 3 and r["iters"] >= 3)]
+    assert not bad, bad
     assert fusion[("fused", 2)]["iters"] > fusion[("per_tensor", 2)]["iters"]  # a fused round is the shorter
     assert "seed 003" in proc.stdout and "seed 002" in proc.stdout
 

@@ -117,6 +117,35 @@ def test_a_round_whose_cpu_is_recorded_runs_till_its_rounds_fill_the_cpu_window(
     assert worker.CPU_WINDOW_S == 1.0
 
 
+def test_rounds_planned_from_one_slow_round_are_topped_up_till_the_window_is_full(monkeypatch):
+    """commbench.worker.calls_filling_window: the planned calls, then more, planned on rank 0
+    from the mean so far, till the window has passed; every rank follows rank 0's counts. The
+    CI box once planned from one round 3 x slower than the rest and filled 0.15 s under half."""
+    from ddlbench.commbench import worker
+
+    now = [0.0]
+    monkeypatch.setattr(worker.time, "perf_counter", lambda: now[0])
+
+    def call():
+        now[0] += 0.001  # the rounds take 1 ms; the plan thought 3 ms: 50 for 0.15 s
+
+    shared = []
+
+    def share(n):
+        shared.append(n)
+        return n
+
+    made = worker.calls_filling_window(call, share, True, 50, 0.15, since=0.0)
+    assert now[0] >= 0.15 and made == 150 and shared[-1] == 0  # 50, then 100 more, then none
+    now[0] = 0.0
+    assert worker.calls_filling_window(call, share, True, 50, 0.0, since=0.0) == 50 and now[0] == pytest.approx(0.05)  # no window
+    now[0] = 0.0
+    assert worker.calls_filling_window(call, share, True, 50, 0.15, since=0.0, most=80) == 80  # at most `most`
+    now[0] = 0.0
+    rank1 = iter([30, 0])  # rank 0's plans, which another rank only follows
+    assert worker.calls_filling_window(call, lambda n: n + next(rank1), False, 50, 0.15, since=0.0) == 80
+
+
 def test_timed_calls_cover_the_whole_loop_one_time_per_call(monkeypatch):
     """Each call's time runs from the previous call's completion to its own: one time per call,
     none shorter than the call, and together exactly the loop's span (nccl-tests' block mean).
